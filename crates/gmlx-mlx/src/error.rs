@@ -1,0 +1,22 @@
+use crate::runtime::Backend;
+
+/// Errors of the MLX layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An MLX operation failed; the message is MLX's own.
+    #[error("MLX: {0}")]
+    Mlx(#[from] mlx_rs::error::Exception),
+    /// A raw mlx-c call returned a failure code.
+    #[error("mlx-c call {call} failed (code {code})")]
+    Ffi { call: &'static str, code: i32 },
+    /// `--device gpu` (or `GMLX_DEVICE=gpu`) on an MLX build without a GPU backend.
+    #[error("no GPU: the MLX runtime in use ({library}) is a {backend} build")]
+    NoGpu { backend: Backend, library: String },
+    /// A device name other than `auto`, `cpu` or `gpu`.
+    #[error("unknown device {name:?}: expected auto, cpu or gpu")]
+    UnknownDevice { name: String },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,42 @@
+//! The MLX layer of gmlx: the only crate that makes raw `mlx-sys` calls.
+//!
+//! It re-exports the mlx-rs types the rest of the workspace uses, picks the device, applies
+//! the float32 precision policy, and reports what runtime, BLAS and memory are in use.
+//!
+//! ```
+//! use gmlx_mlx::{device, Array};
+//!
+//! let kind = device::use_device(device::DeviceChoice::Auto)?; // GPU if MLX has one
+//! let a = Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+//! let b = a.matmul(&a)?;
+//! b.eval()?;
+//! assert_eq!(b.as_slice::<f32>(), &[7.0, 10.0, 15.0, 22.0]);
+//! println!("on {kind:?}: {}", gmlx_mlx::report::Environment::read()?);
+//! # Ok::<(), gmlx_mlx::Error>(())
+//! ```
+pub mod blas;
+pub mod device;
+mod error;
+pub mod memory;
+pub mod precision;
+pub mod report;
+pub mod runtime;
+
+pub use error::{Error, Result};
+pub use mlx_rs::{self, fast, ops, Array, Dtype};
+
+use std::sync::OnceLock;
+
+static PRECISION: OnceLock<precision::Precision> = OnceLock::new();
+
+/// Prepares the process for MLX: applies the precision policy before MLX first reads it, and
+/// installs mlx-rs's error handler so failing raw mlx-c calls return codes instead of exiting.
+/// Every entry point of this crate calls it; applications may call it first thing in `main`.
+pub fn init() -> precision::Precision {
+    *PRECISION.get_or_init(|| {
+        let policy = precision::apply();
+        // Any mlx-rs call that checks a status registers its error handler once.
+        let _ = mlx_rs::Device::try_default();
+        policy
+    })
+}
