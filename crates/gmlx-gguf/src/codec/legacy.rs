@@ -97,3 +97,36 @@ pub(crate) fn q2_0(src: &[u8], dst: &mut [f32]) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    // Q1_0 and Q2_0 have no gguf-py oracle; these check them against llama.cpp's
+    // dequantize_row_q1_0 / dequantize_row_q2_0 by hand.
+    use super::*;
+
+    #[test]
+    fn q1_0_by_hand() {
+        let mut b = vec![0u8; 18];
+        b[0..2].copy_from_slice(&half::f16::from_f32(1.5).to_bits().to_le_bytes());
+        b[2] = 0b0000_0101; // elements 0 and 2 positive
+        b[17] = 0x80; // element 127 positive
+        let mut y = vec![0f32; 128];
+        q1_0(&b, &mut y);
+        assert_eq!(&y[..4], &[1.5, -1.5, 1.5, -1.5]);
+        assert_eq!(y[126], -1.5);
+        assert_eq!(y[127], 1.5);
+    }
+
+    #[test]
+    fn q2_0_by_hand() {
+        let mut b = vec![0u8; 18];
+        b[0..2].copy_from_slice(&half::f16::from_f32(-0.5).to_bits().to_le_bytes());
+        b[2] = 0b11_10_01_00; // q = 0, 1, 2, 3 for elements 0..4
+        b[17] = 0b10 << 6; // element 63: q = 2
+        let mut y = vec![0f32; 64];
+        q2_0(&b, &mut y);
+        assert_eq!(&y[..4], &[0.5, -0.0, -0.5, -1.0]);
+        assert_eq!(y[63], -0.5);
+        assert_eq!(y[4], 0.5);
+    }
+}
