@@ -1,0 +1,46 @@
+//! `cargo xtask bench <what>`: runs a benchmark that measures its own reference in the same
+//! run, and keeps its JSON line under `bench/runs/<date>-<host>/`.
+use std::fs;
+use std::process::Stdio;
+
+use anyhow::{bail, Context, Result};
+
+use crate::cargo;
+
+pub fn run(args: &[String]) -> Result<()> {
+    match args.first().map(String::as_str) {
+        Some("mlx") => mlx(&args[1..]),
+        other => bail!("usage: cargo xtask bench mlx [--size N --reps R] (got {other:?})"),
+    }
+}
+
+fn mlx(extra: &[String]) -> Result<()> {
+    let output = cargo()
+        .args(["bench", "-p", "gmlx-mlx", "--bench", "matmul", "--"])
+        .args(extra)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("run cargo bench")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    print!("{text}");
+    if !output.status.success() {
+        bail!("the matmul benchmark failed");
+    }
+    if let Some(json) = text.lines().find_map(|l| l.strip_prefix("json: ")) {
+        save("mlx-matmul", json)?;
+    }
+    Ok(())
+}
+
+fn save(name: &str, json: &str) -> Result<()> {
+    let date = std::process::Command::new("date").arg("+%Y-%m-%d").output()?;
+    let date = String::from_utf8_lossy(&date.stdout).trim().to_owned();
+    let host = fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = root.join("bench/runs").join(format!("{date}-{}", host.trim()));
+    fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{name}.json"));
+    fs::write(&path, format!("{json}\n"))?;
+    println!("saved {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! Developer automation: `cargo xtask <verb>`.
+//!
+//! - `setup`: the test references (a Python venv with the pinned tools, llama.cpp's sources).
+//! - `test [ARGS...]`: `setup`, then `cargo test --workspace ARGS...` with the references found.
+//! - `lint`: `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`.
+//! - `bench mlx`: MLX CPU matmul GFLOP/s with the BLAS in use next to the wheel's reference BLAS.
+mod bench;
+mod cache;
+mod setup;
+
+use anyhow::{bail, Result};
+use std::process::Command;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let verb = args.first().map(String::as_str).unwrap_or("help");
+    let rest = &args[args.len().min(1)..];
+    match verb {
+        "setup" => setup::run().map(|refs| refs.print()),
+        "test" => test(rest),
+        "lint" => lint(),
+        "bench" => bench::run(rest),
+        "help" | "--help" | "-h" => {
+            println!("usage: cargo xtask <setup | test [cargo test args] | lint | bench mlx>");
+            Ok(())
+        }
+        other => bail!("unknown xtask verb {other:?} (try `cargo xtask help`)"),
+    }
+}
+
+fn test(args: &[String]) -> Result<()> {
+    let refs = setup::run()?;
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace"]).args(args);
+    refs.apply(&mut cmd);
+    run_command(&mut cmd)
+}
+
+fn lint() -> Result<()> {
+    run_command(cargo().args(["fmt", "--all", "--check"]))?;
+    run_command(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))
+}
+
+pub(crate) fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+pub(crate) fn run_command(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status()?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}

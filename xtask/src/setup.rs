@@ -1,0 +1,114 @@
+//! The references tests compare against, fetched once into the cache directory:
+//! - a Python venv with `xtask/python-requirements.txt` (`GMLX_PYTHON`);
+//! - llama.cpp's sources from the `llama-cpp-python` sdist on PyPI (`GMLX_LLAMA_CPP`): its
+//!   tokenizer test suite, chat templates and converter.
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::{cache, run_command};
+
+const LLAMA_CPP_PYTHON: &str = "0.3.36";
+const LLAMA_CPP_PYTHON_SHA256: &str =
+    "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e";
+
+pub struct References {
+    pub python: PathBuf,
+    pub llama_cpp: PathBuf,
+}
+
+impl References {
+    pub fn apply(&self, cmd: &mut Command) {
+        cmd.env("GMLX_PYTHON", &self.python);
+        cmd.env("GMLX_LLAMA_CPP", &self.llama_cpp);
+    }
+
+    pub fn print(&self) {
+        println!("GMLX_PYTHON={}", self.python.display());
+        println!("GMLX_LLAMA_CPP={}", self.llama_cpp.display());
+    }
+}
+
+pub fn run() -> Result<References> {
+    let cache = cache::dir();
+    fs::create_dir_all(&cache).with_context(|| format!("create {}", cache.display()))?;
+    Ok(References {
+        python: python_env(&cache)?,
+        llama_cpp: llama_cpp_sources(&cache)?,
+    })
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// A venv with the pinned requirements; reinstalled when the requirements file changes.
+fn python_env(cache: &Path) -> Result<PathBuf> {
+    let requirements = workspace_root().join("xtask/python-requirements.txt");
+    let wanted = fs::read_to_string(&requirements)
+        .with_context(|| format!("read {}", requirements.display()))?;
+    let venv = cache.join("pyenv");
+    let python = venv.join("bin/python");
+    let stamp = venv.join("gmlx-requirements.txt");
+    if python.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(python);
+    }
+    if !python.is_file() {
+        eprintln!("xtask: creating the Python reference environment in {}", venv.display());
+        run_command(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+    }
+    eprintln!("xtask: installing {}", requirements.display());
+    run_command(Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "-r"])
+        .arg(&requirements))?;
+    fs::write(&stamp, wanted)?;
+    Ok(python)
+}
+
+/// `vendor/llama.cpp` of the hash-checked `llama-cpp-python` sdist.
+fn llama_cpp_sources(cache: &Path) -> Result<PathBuf> {
+    let root = cache.join(format!("llama-cpp-python-{LLAMA_CPP_PYTHON}"));
+    let tree = root.join("vendor/llama.cpp");
+    if tree.join("models").is_dir() {
+        return Ok(tree);
+    }
+    let work = cache.join(format!(".sdist-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work)?;
+    let req = work.join("req.txt");
+    fs::write(
+        &req,
+        format!("llama-cpp-python=={LLAMA_CPP_PYTHON} --hash=sha256:{LLAMA_CPP_PYTHON_SHA256}\n"),
+    )?;
+    eprintln!("xtask: downloading llama-cpp-python {LLAMA_CPP_PYTHON} (llama.cpp sources, 77 MB)");
+    run_command(Command::new("python3")
+        .args(["-m", "pip", "download", "--no-deps", "--no-binary", ":all:"])
+        .args(["--no-build-isolation", "--require-hashes", "-r"])
+        .arg(&req)
+        .arg("-d")
+        .arg(&work))?;
+    let archive = fs::read_dir(&work)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".tar.gz"))
+        .context("pip left no sdist")?;
+    let unpacked = work.join("unpacked");
+    fs::create_dir_all(&unpacked)?;
+    run_command(Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&unpacked)
+        .arg("--strip-components=1"))?;
+    if !unpacked.join("vendor/llama.cpp/models").is_dir() {
+        bail!("{} has no vendor/llama.cpp/models", archive.display());
+    }
+    let _ = fs::remove_dir_all(&root);
+    fs::rename(&unpacked, &root)?;
+    let _ = fs::remove_dir_all(&work);
+    Ok(tree)
+}
