@@ -88,7 +88,7 @@ fn short_array(a: &Array, opts: &Options) -> String {
         }
     }
     if a.len() > shown {
-        let _ = write!(s, ", ... ({} {} total)", a.len(), a.type_description());
+        let _ = write!(s, ", ... ({} items)", a.len());
     }
     s.push(']');
     s
