@@ -405,8 +405,19 @@ pub fn parse_header(bytes: &[u8], limits: &Limits) -> Result<Header> {
         needed: alignment,
         available: 0,
     })?;
-    let data_len = (bytes.len() as u64).saturating_sub(data_offset);
+    // A file without tensors may end before the padding; one with tensors (even empty ones)
+    // must reach its data section.
+    let file_len = bytes.len() as u64;
+    let data_len = file_len.saturating_sub(data_offset);
     for t in &tensors {
+        if data_offset > file_len {
+            return Err(Error::TensorOutOfBounds {
+                tensor: t.name.clone(),
+                offset: t.offset,
+                n_bytes: t.n_bytes,
+                data_len: 0,
+            });
+        }
         if t.offset % alignment != 0 {
             return Err(Error::MisalignedTensor {
                 tensor: t.name.clone(),
@@ -450,12 +461,17 @@ pub(crate) fn tensor_bytes(name: &str, ty: GgmlType, dims: &[u64]) -> Result<u64
     if dims.iter().any(|&d| d > i64::MAX as u64) {
         return Err(bad(ShapeProblem::NegativeOrZeroDims));
     }
+    // The product of the dims with zeros counted as ones must fit in i64, so that every partial
+    // product (rows, elements) of an empty tensor fits too.
     let mut n: u64 = 1;
     for &d in dims {
         n = n
-            .checked_mul(d)
+            .checked_mul(d.max(1))
             .filter(|&n| n <= i64::MAX as u64)
             .ok_or_else(|| bad(ShapeProblem::ElementCountOverflow))?;
+    }
+    if dims.contains(&0) {
+        n = 0;
     }
     let row = dims.first().copied().unwrap_or(1);
     let bs = ty.block_size() as u64;

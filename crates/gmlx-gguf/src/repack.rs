@@ -245,13 +245,20 @@ pub fn repack_affine(ty: GgmlType, bytes: &[u8], dims: &[u64]) -> Result<AffineW
             found: bytes.len() as u64,
         });
     }
-    // n_elements * (bytes per element) == bytes.len() fits in memory, so these fit in usize.
+    if n_elements == 0 {
+        // An empty tensor (some dim is 0): nothing to pack, whatever the other dims say.
+        return Ok(AffineWeights {
+            layout,
+            rows: 0,
+            cols: 0,
+            q: Vec::new(),
+            scales: Vec::new(),
+            biases: Vec::new(),
+        });
+    }
+    // n_elements <= bytes.len() * (elements per byte) fits in memory, and so do these.
     let cols = cols as usize;
-    let rows = if cols == 0 {
-        0
-    } else {
-        (n_elements / cols as u64) as usize
-    };
+    let rows = (n_elements / cols as u64) as usize;
     let bits = layout.bits as usize;
     let words_per_row = cols * bits / 32;
     let groups_per_row = cols / layout.group_size;
@@ -264,16 +271,6 @@ pub fn repack_affine(ty: GgmlType, bytes: &[u8], dims: &[u64]) -> Result<AffineW
     let mut q = vec![0u32; rows * words_per_row];
     let mut scales = vec![0f32; rows * groups_per_row];
     let mut biases = vec![0f32; rows * groups_per_row];
-    if rows == 0 || cols == 0 {
-        return Ok(AffineWeights {
-            layout,
-            rows,
-            cols,
-            q,
-            scales,
-            biases,
-        });
-    }
     q.par_chunks_mut(words_per_row)
         .zip(scales.par_chunks_mut(groups_per_row))
         .zip(biases.par_chunks_mut(groups_per_row))

@@ -134,10 +134,7 @@ fn inspect_report_summarises() {
     println!("{short}");
     assert!(short.contains("GGUF version: 3"));
     assert!(short.contains("architecture: qwen3"));
-    assert!(
-        short.contains("... (1000 items)]"),
-        "{short}"
-    );
+    assert!(short.contains("... (1000 items)]"), "{short}");
     assert!(short.contains("(500 chars)"));
     assert!(short.contains("Q8_0          2 tensors"), "{short}");
     assert!(short.contains("TQ2_0         1 tensors") && short.contains("(unsupported)"));
