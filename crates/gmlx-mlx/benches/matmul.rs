@@ -15,18 +15,22 @@ const CHILD_VAR: &str = "GMLX_BENCH_MATMUL_CHILD";
 struct Args {
     size: i32,
     reps: usize,
+    /// `--gpu`: measure on the GPU instead (float32 with the TF32 policy, and bfloat16).
+    gpu: bool,
 }
 
 fn parse_args() -> Args {
     let mut args = Args {
         size: 2048,
         reps: 3,
+        gpu: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--size" => args.size = it.next().and_then(|v| v.parse().ok()).unwrap_or(args.size),
             "--reps" => args.reps = it.next().and_then(|v| v.parse().ok()).unwrap_or(args.reps),
+            "--gpu" => args.gpu = true,
             _ => {} // cargo bench passes --bench
         }
     }
@@ -36,8 +40,12 @@ fn parse_args() -> Args {
 /// Median GFLOP/s of `reps` evaluated `n`x`n` by `n`x`n` float32 matmuls on the CPU.
 fn measure(n: i32, reps: usize) -> Result<f64, gmlx_mlx::Error> {
     mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+    measure_on(n, reps, mlx_rs::Dtype::Float32)
+}
+
+fn measure_on(n: i32, reps: usize, dtype: mlx_rs::Dtype) -> Result<f64, gmlx_mlx::Error> {
     let key = mlx_rs::random::key(7)?;
-    let a: Array = mlx_rs::random::normal::<f32>(&[n, n], None, None, &key)?;
+    let a: Array = mlx_rs::random::normal::<f32>(&[n, n], None, None, &key)?.as_dtype(dtype)?;
     let b = a.transpose()?;
     a.matmul(&b)?.eval()?; // warm-up: thread pools, allocator
     let mut times: Vec<f64> = (0..reps.max(1))
@@ -95,6 +103,9 @@ fn main() {
         }
         return;
     }
+    if args.gpu {
+        return gpu(&args);
+    }
     let n = args.size;
     println!(
         "float32 matmul {n}x{n}x{n} on the MLX CPU device, median of {} runs",
@@ -135,5 +146,26 @@ fn main() {
             );
         }
         None => println!("reference BLAS: not measured (no mlx_cpu.libs next to libmlx)"),
+    }
+}
+
+/// GPU throughput, float32 (under gmlx's TF32 policy) and bfloat16; no reference to compare.
+fn gpu(args: &Args) {
+    let policy = gmlx_mlx::init();
+    if let Err(e) = gmlx_mlx::device::use_device(gmlx_mlx::device::DeviceChoice::Gpu) {
+        eprintln!("{e}");
+        std::process::exit(1);
+    }
+    let n = args.size;
+    println!(
+        "matmul {n}x{n}x{n} on the GPU, median of {} runs (TF32 {})",
+        args.reps,
+        if policy.tf32 { "on" } else { "off" }
+    );
+    for dtype in [mlx_rs::Dtype::Float32, mlx_rs::Dtype::Bfloat16] {
+        match measure_on(n, args.reps, dtype) {
+            Ok(g) => println!("{dtype:?}: {:.1} TFLOP/s", g / 1e3),
+            Err(e) => println!("{dtype:?}: failed: {e}"),
+        }
     }
 }

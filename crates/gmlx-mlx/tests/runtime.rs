@@ -6,9 +6,15 @@ use gmlx_mlx::Error;
 
 #[test]
 fn loaded_mlx_is_the_pinned_version() {
-    assert_eq!(runtime::mlx_version().expect("version"), runtime::BUILD_MLX_VERSION);
+    assert_eq!(
+        runtime::mlx_version().expect("version"),
+        runtime::BUILD_MLX_VERSION
+    );
     let lib = runtime::libmlx_path().expect("libmlx is loaded");
-    assert!(lib.ends_with("libmlx.so") || lib.ends_with("libmlx.dylib"), "{lib}");
+    assert!(
+        lib.ends_with("libmlx.so") || lib.ends_with("libmlx.dylib"),
+        "{lib}"
+    );
 }
 
 #[test]
@@ -17,7 +23,10 @@ fn openblas_serves_cblas_when_the_build_linked_it() {
     match blas::BUILD_BLAS {
         "openblas" => {
             assert_eq!(info.kind, BlasKind::OpenBlas, "{info:?}");
-            assert!(info.config.as_deref().is_some_and(|c| c.contains("OpenBLAS")));
+            assert!(info
+                .config
+                .as_deref()
+                .is_some_and(|c| c.contains("OpenBLAS")));
         }
         _ => assert_ne!(info.kind, BlasKind::OpenBlas, "{info:?}"),
     }
@@ -46,14 +55,25 @@ fn auto_device_follows_the_backend() {
         }
         Backend::Cuda | Backend::Metal => assert_eq!(auto, DeviceKind::Gpu),
     }
-    assert_eq!(device::resolve(DeviceChoice::Cpu).expect("cpu"), DeviceKind::Cpu);
+    assert_eq!(
+        device::resolve(DeviceChoice::Cpu).expect("cpu"),
+        DeviceKind::Cpu
+    );
 }
 
 #[test]
 fn device_names_parse_and_bad_ones_are_named() {
-    assert_eq!("GPU".parse::<DeviceChoice>().expect("gpu"), DeviceChoice::Gpu);
-    assert_eq!("cpu".parse::<DeviceChoice>().expect("cpu"), DeviceChoice::Cpu);
-    let err = "tpu".parse::<DeviceChoice>().expect_err("tpu is not a device");
+    assert_eq!(
+        "GPU".parse::<DeviceChoice>().expect("gpu"),
+        DeviceChoice::Gpu
+    );
+    assert_eq!(
+        "cpu".parse::<DeviceChoice>().expect("cpu"),
+        DeviceChoice::Cpu
+    );
+    let err = "tpu"
+        .parse::<DeviceChoice>()
+        .expect_err("tpu is not a device");
     assert!(err.to_string().contains("\"tpu\""), "{err}");
 }
 

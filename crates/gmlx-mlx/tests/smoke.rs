@@ -23,7 +23,10 @@ fn host(a: &Array) -> R<Vec<f32>> {
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// `x [m,k] @ w[n,k]^T` on the host in f64.
@@ -66,7 +69,10 @@ fn quantized_matmul_matches_dequantized_weights() -> R<()> {
         let wd = ops::dequantize(&wq, &scales, &biases, group, bits)?;
         let expected = host_matmul_t(&host(&x)?, &host(&wd)?, m as usize, n as usize, k as usize);
         let d = max_abs_diff(&host(&y)?, &expected);
-        assert!(d < 2e-3, "bits {bits} group {group}: max |qmm - host| = {d}");
+        assert!(
+            d < 2e-3,
+            "bits {bits} group {group}: max |qmm - host| = {d}"
+        );
     }
     Ok(())
 }
@@ -103,8 +109,9 @@ fn causal_sdpa_matches_host_softmax() -> R<()> {
             let weights: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
             let z: f32 = weights.iter().sum();
             for d in 0..dh {
-                expected[base + i * dh + d] =
-                    (0..=i).map(|j| weights[j] / z * hv[base + j * dh + d]).sum();
+                expected[base + i * dh + d] = (0..=i)
+                    .map(|j| weights[j] / z * hv[base + j * dh + d])
+                    .sum();
             }
         }
     }
@@ -122,11 +129,18 @@ fn value_and_grad_matches_analytic_gradient() -> R<()> {
     let x_for_loss = x.clone();
     let loss = move |params: &[Array]| -> R<Vec<Array>> {
         let y = x_for_loss.matmul(&params[0])?;
-        Ok(vec![y.square()?.sum(None)?.multiply(Array::from_f32(0.5))?])
+        Ok(vec![y
+            .square()?
+            .sum(None)?
+            .multiply(Array::from_f32(0.5))?])
     };
     let mut value_and_grad = transforms::value_and_grad(loss);
     let (values, grads) = value_and_grad(&[w.clone()])?;
-    let expected_value = x.matmul(&w)?.square()?.sum(None)?.multiply(Array::from_f32(0.5))?;
+    let expected_value = x
+        .matmul(&w)?
+        .square()?
+        .sum(None)?
+        .multiply(Array::from_f32(0.5))?;
     let expected_grad = x.transpose()?.matmul(&x.matmul(&w)?)?;
     let dv = max_abs_diff(&host(&values[0])?, &host(&expected_value)?);
     let dg = max_abs_diff(&host(&grads[0])?, &host(&expected_grad)?);
