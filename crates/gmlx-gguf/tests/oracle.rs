@@ -238,14 +238,23 @@ fn writer_output_reads_back_identically_with_gguf_reader_and_ours() {
         assert_eq!(f.tensor_bytes(name).expect("bytes"), data.as_slice());
     }
 
-    // gguf-py's reader.
-    let out = run_oracle("read_gguf.py", &[&path]);
+    compare_with_gguf_reader(&path, &f);
+    for ((name, _, _), data) in tensors.iter().zip(&datas) {
+        assert_eq!(f.tensor_bytes(name).expect("bytes"), data.as_slice());
+    }
+}
+
+/// Read `path` with gguf-py's GGUFReader and check it sees exactly what `f` holds: every
+/// metadata key, type list and value, and every tensor's name, type, dims, size, offset and bytes.
+fn compare_with_gguf_reader(path: &std::path::Path, f: &GgufFile) {
+    let md = f.metadata().entries();
+    let out = run_oracle("read_gguf.py", &[path]);
     let j: Json = serde_json::from_str(&out).expect("json");
-    assert_eq!(j["alignment"], 64);
+    assert_eq!(j["alignment"].as_u64(), Some(f.alignment()));
     assert_eq!(j["data_offset"].as_u64(), Some(f.data_offset()));
     let kvs = j["kvs"].as_array().expect("kvs");
     assert_eq!(kvs.len(), md.len());
-    for (kv, (k, v)) in kvs.iter().zip(&md) {
+    for (kv, (k, v)) in kvs.iter().zip(md) {
         assert_eq!(kv["key"], k.as_str());
         let mut types = Vec::new();
         py_types(v, &mut types);
@@ -255,28 +264,82 @@ fn writer_output_reads_back_identically_with_gguf_reader_and_ours() {
             .iter()
             .filter_map(|t| t.as_str())
             .collect();
-        assert_eq!(theirs, types, "types of {k}");
-        assert_eq!(kv["value"], py_contents(v), "value of {k}");
+        assert_eq!(theirs, types, "types of {k} in {}", path.display());
+        let ours = py_contents(v);
+        if kv["value"] != ours {
+            let (a, b) = (kv["value"].as_array(), ours.as_array());
+            let first = a
+                .zip(b)
+                .and_then(|(a, b)| a.iter().zip(b).enumerate().find(|(_, (x, y))| x != y));
+            panic!(
+                "value of {k} in {} differs; first differing element (index, gguf-py, ours): {first:?}",
+                path.display()
+            );
+        }
     }
     let jt = j["tensors"].as_array().expect("tensors");
-    assert_eq!(jt.len(), tensors.len());
-    for (t, ((name, ty, dims), data)) in jt.iter().zip(tensors.iter().zip(&datas)) {
-        let info = f.tensor(name).expect("tensor");
-        assert_eq!(t["name"], name.as_str());
-        assert_eq!(t["type"].as_u64(), Some(u64::from(ty.id())));
+    assert_eq!(jt.len(), f.tensors().len());
+    for (t, info) in jt.iter().zip(f.tensors()) {
+        assert_eq!(t["name"], info.name.as_str());
+        assert_eq!(t["type"].as_u64(), Some(u64::from(info.ggml_type.id())));
         let jd: Vec<u64> = t["dims"]
             .as_array()
             .expect("dims")
             .iter()
             .filter_map(|d| d.as_u64())
             .collect();
-        assert_eq!(&jd, dims);
+        assert_eq!(jd, info.dims);
         assert_eq!(t["n_bytes"].as_u64(), Some(info.n_bytes));
         assert_eq!(
             t["data_offset"].as_u64(),
             Some(f.data_offset() + info.offset)
         );
-        let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(t["data_hex"].as_str(), Some(hex.as_str()), "data of {name}");
+        let hex: String = f
+            .tensor_data(info)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            t["data_hex"].as_str(),
+            Some(hex.as_str()),
+            "data of {}",
+            info.name
+        );
     }
+}
+
+/// llama.cpp's sources (`$GMLX_LLAMA_CPP`, else the `cargo xtask setup` cache location).
+fn llama_cpp() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("GMLX_LLAMA_CPP") {
+        return p.into();
+    }
+    let home = std::env::var_os("HOME").unwrap_or_default();
+    std::path::Path::new(&home).join(".cache/gmlx/llama-cpp-python-0.3.36/vendor/llama.cpp")
+}
+
+#[test]
+fn llama_cpp_vocab_files_read_identically_with_gguf_reader_and_ours() {
+    let dir = llama_cpp().join("models");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| {
+            panic!(
+                "llama.cpp sources missing at {} ({e}); run `cargo xtask setup` or set GMLX_LLAMA_CPP",
+                dir.display()
+            )
+        })
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+        .collect();
+    // GGUFReader takes seconds per large vocabulary: by default compare the four smallest files
+    // (SentencePiece, BPE and WordPiece vocabularies); GMLX_ORACLE_ALL_VOCABS=1 compares all.
+    files.sort_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(u64::MAX));
+    assert!(!files.is_empty(), "no .gguf in {}", dir.display());
+    if std::env::var_os("GMLX_ORACLE_ALL_VOCABS").is_none() {
+        files.truncate(4);
+    }
+    for p in &files {
+        let f = GgufFile::open(p).unwrap_or_else(|e| panic!("{e}"));
+        compare_with_gguf_reader(p, &f);
+    }
+    println!("{} llama.cpp vocab files read identically", files.len());
 }
