@@ -25,6 +25,37 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Summarise a GGUF file: version, architecture, metadata, tensors per codec.
+    Inspect {
+        /// The GGUF file (any shard of a split model).
+        file: std::path::PathBuf,
+        /// Also list every tensor: name, codec, shape, bytes.
+        #[arg(long)]
+        tensors: bool,
+    },
+}
+
+/// A failure with its exit code: 2 for usage and file errors caught before any model loads,
+/// 1 for everything after.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure {
+            code: 1,
+            error: e.into(),
+        }
+    }
+}
+
+fn usage(error: impl Into<anyhow::Error>) -> Failure {
+    Failure {
+        code: 2,
+        error: error.into(),
+    }
 }
 
 fn main() -> ExitCode {
@@ -32,18 +63,31 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Env { json } => env(json),
+        Command::Inspect { file, tensors } => inspect(&file, tensors),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gmlx: {e:#}");
-            ExitCode::from(1)
+        Err(f) if is_broken_pipe(&f.error) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("gmlx: {:#}", f.error);
+            ExitCode::from(f.code)
         }
     }
 }
 
-fn env(json: bool) -> anyhow::Result<()> {
+fn inspect(path: &std::path::Path, tensors: bool) -> Result<(), Failure> {
+    let file = gmlx_gguf::GgufFile::open(path)
+        .map_err(usage)?;
+    let options = gmlx_gguf::inspect::Options {
+        tensors,
+        ..Default::default()
+    };
+    let mut out = std::io::stdout().lock();
+    write!(out, "{}", gmlx_gguf::inspect::report(&file, &options))?;
+    Ok(())
+}
+
+fn env(json: bool) -> Result<(), Failure> {
     let environment = gmlx_mlx::report::Environment::read()?;
     let mut out = std::io::stdout().lock();
     if json {

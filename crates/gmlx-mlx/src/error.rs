@@ -13,6 +13,16 @@ pub enum Error {
     /// `--device gpu` (or `GMLX_DEVICE=gpu`) on an MLX build without a GPU backend.
     #[error("no GPU: the MLX runtime in use ({library}) is a {backend} build")]
     NoGpu { backend: Backend, library: String },
+    /// A tensor's bytes could not be read or converted.
+    #[error("tensor {tensor}: {source}")]
+    Gguf {
+        tensor: String,
+        #[source]
+        source: gmlx_gguf::Error,
+    },
+    /// A tensor dimension beyond what MLX indexes (2^31 - 1).
+    #[error("tensor {tensor} has a dimension too large for MLX")]
+    TensorTooLarge { tensor: String },
     /// A device name other than `auto`, `cpu` or `gpu`.
     #[error("unknown device {name:?}: expected auto, cpu or gpu")]
     UnknownDevice { name: String },

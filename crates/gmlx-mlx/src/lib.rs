@@ -19,11 +19,13 @@ pub mod device;
 mod error;
 pub mod memory;
 pub mod precision;
+pub mod quant;
 pub mod report;
 pub mod runtime;
 
 pub use error::{Error, Result};
 pub use mlx_rs::{self, fast, ops, Array, Dtype};
+pub use quant::{QuantWeight, Storage};
 
 use std::sync::OnceLock;
 
