@@ -180,6 +180,13 @@ impl GgufFile {
         crate::codec::dequantize(info.ggml_type, self.tensor_bytes(name)?, info.n_elements())
     }
 
+    /// Repack a tensor into MLX's affine layout exactly (see [`crate::repack`]); fails with
+    /// [`Error::NotAffine`] for codecs whose math does not map.
+    pub fn repack_affine(&self, name: &str) -> Result<crate::repack::AffineWeights> {
+        let info = self.tensor(name)?;
+        crate::repack::repack_affine(info.ggml_type, self.tensor_bytes(name)?, &info.dims)
+    }
+
     /// Number of tensors per ggml type, sorted by type id.
     pub fn type_counts(&self) -> Vec<(GgmlType, usize)> {
         let mut m: HashMap<GgmlType, usize> = HashMap::new();
