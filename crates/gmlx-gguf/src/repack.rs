@@ -199,16 +199,20 @@ fn block_affine(ty: GgmlType, b: &[u8], q: &mut [u8], scales: &mut [f32], biases
 }
 
 /// Pack `values` (each below `1 << bits`) into little-endian u32 words as one LSB-first bit
-/// stream: value `i` occupies stream bits `[i * bits, (i + 1) * bits)`. `out` must hold
-/// `ceil(values.len() * bits / 32)` words and start zeroed.
+/// stream: value `i` occupies stream bits `[i * bits, (i + 1) * bits)`. `out` should hold
+/// `ceil(values.len() * bits / 32)` words and start zeroed; bits beyond it are dropped.
 pub fn pack_bits(values: &[u8], bits: u32, out: &mut [u32]) {
     for (i, &v) in values.iter().enumerate() {
         let p = i * bits as usize;
         let (w, off) = (p / 32, (p % 32) as u32);
         let v = u32::from(v);
-        out[w] |= v << off;
+        if let Some(word) = out.get_mut(w) {
+            *word |= v << off;
+        }
         if off + bits > 32 {
-            out[w + 1] |= v >> (32 - off);
+            if let Some(word) = out.get_mut(w + 1) {
+                *word |= v >> (32 - off);
+            }
         }
     }
 }
@@ -220,7 +224,7 @@ pub fn unpack_bits(words: &[u32], bits: u32, n: usize) -> Vec<u8> {
         .map(|i| {
             let p = i * bits as usize;
             let (w, off) = (p / 32, p % 32);
-            let lo = u64::from(words[w]);
+            let lo = words.get(w).copied().map(u64::from).unwrap_or(0);
             let hi = words.get(w + 1).copied().map(u64::from).unwrap_or(0);
             (((lo | (hi << 32)) >> off) & mask) as u8
         })
