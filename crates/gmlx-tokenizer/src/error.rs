@@ -33,6 +33,9 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// Reading the GGUF file or one of its metadata values failed.
+    #[error("GGUF metadata: {0}")]
+    Gguf(#[from] gmlx_gguf::Error),
     /// A token id is outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]
     TokenOutOfRange {
