@@ -11,11 +11,28 @@ use crate::ggml_type::GgmlType;
 use crate::metadata::{MetaKey, Metadata};
 use crate::reader::{parse_header, Header, Limits, TensorInfo};
 
+/// Where a shard's bytes live.
+#[derive(Debug)]
+pub(crate) enum Backing {
+    Map(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Backing {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Backing::Map(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
 /// One file of a model.
 #[derive(Debug)]
 pub(crate) struct Shard {
     pub(crate) path: PathBuf,
-    pub(crate) map: Mmap,
+    pub(crate) map: Backing,
     pub(crate) header: Header,
 }
 
@@ -33,7 +50,7 @@ impl Shard {
         let header = parse_header(&map, limits).map_err(|e| e.in_file(path))?;
         Ok(Shard {
             path: path.to_path_buf(),
-            map,
+            map: Backing::Map(map),
             header,
         })
     }
@@ -77,6 +94,18 @@ impl GgufFile {
         let first = Shard::open(path.as_ref(), limits)?;
         let shards = crate::split::collect_shards(first, limits)?;
         Self::from_shards(shards)
+    }
+
+    /// A single-file GGUF held in memory (tests, fixtures, downloaded headers); `split.*` keys
+    /// are ignored. Paths in errors and reports read `<memory>`.
+    pub fn from_bytes(bytes: Vec<u8>, limits: &Limits) -> Result<GgufFile> {
+        let path = PathBuf::from("<memory>");
+        let header = parse_header(&bytes, limits).map_err(|e| e.in_file(&path))?;
+        Self::from_shards(vec![Shard {
+            path,
+            map: Backing::Owned(bytes),
+            header,
+        }])
     }
 
     /// Open exactly one file, ignoring `split.*` keys (its tensor table only).

@@ -6,8 +6,9 @@
 //! - `parse_header` returns `Ok` or `Err`, never panics;
 //! - parsing allocates at most `64 * input length + 64 KiB` at its peak (a counting global
 //!   allocator measures it), so a hostile 1 KB header cannot allocate gigabytes;
-//! - when it returns `Ok`, every tensor lies inside the input, and dequantizing, repacking and
-//!   reading every metadata key with every getter return values or errors, never panic.
+//! - when it returns `Ok`, every tensor lies inside the input, and dequantizing, repacking,
+//!   reading every metadata key with every getter and (for one accepted input in 64) the
+//!   `inspect` report return values or errors, never panic.
 //!
 //! `cargo test -p gmlx-gguf --test fuzz` runs 100 000 cases (about 2 s). Longer runs:
 //! `GMLX_FUZZ_CASES=5000000 GMLX_FUZZ_SEED=1 cargo test --release -p gmlx-gguf --test fuzz -- --nocapture`.
@@ -19,8 +20,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use common::{random_blocks, Rng};
+use gmlx_gguf::inspect::{report, Options};
 use gmlx_gguf::repack::affine_layout;
-use gmlx_gguf::{parse_header, Array, GgmlType, GgufWriter, Limits, Value};
+use gmlx_gguf::{parse_header, Array, GgmlType, GgufFile, GgufWriter, Limits, Value};
 
 struct Counting;
 
@@ -262,6 +264,18 @@ fn fuzz_reader() {
         if let Ok(h) = parsed {
             accepted += 1;
             exercise(&input, &h);
+            if accepted % 64 == 1 {
+                let file = GgufFile::from_bytes(input, &limits).expect("accepted once");
+                let _ = file.check_codecs();
+                let text = report(
+                    &file,
+                    &Options {
+                        tensors: true,
+                        ..Default::default()
+                    },
+                );
+                assert!(text.contains("GGUF version"));
+            }
         }
     }
     println!(
