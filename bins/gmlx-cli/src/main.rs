@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod run;
+
 #[derive(Parser)]
 #[command(
     name = "gmlx",
@@ -25,6 +27,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Generate text from a GGUF model (the default model when none is given).
+    Run(run::RunArgs),
     /// Summarise a GGUF file: version, architecture, metadata, tensors per codec.
     Inspect {
         /// The GGUF file (any shard of a split model).
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Env { json } => env(json),
         Command::Inspect { file, tensors } => inspect(&file, tensors),
+        Command::Run(args) => run::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -76,8 +81,7 @@ fn main() -> ExitCode {
 }
 
 fn inspect(path: &std::path::Path, tensors: bool) -> Result<(), Failure> {
-    let file = gmlx_gguf::GgufFile::open(path)
-        .map_err(usage)?;
+    let file = gmlx_gguf::GgufFile::open(path).map_err(usage)?;
     let options = gmlx_gguf::inspect::Options {
         tensors,
         ..Default::default()

@@ -11,12 +11,18 @@ fn gmlx(args: &[&str]) -> std::process::Output {
 #[test]
 fn env_json_reports_runtime_blas_and_memory() {
     let out = gmlx(&["env", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(report["mlx_version"], report["build_mlx_version"]);
     assert!(["cpu", "cuda", "metal"].contains(&report["backend"].as_str().unwrap_or("")));
     assert!(report["devices"].as_array().is_some_and(|d| !d.is_empty()));
-    assert!(report["memory"]["limit_bytes"].as_u64().is_some_and(|b| b > 0));
+    assert!(report["memory"]["limit_bytes"]
+        .as_u64()
+        .is_some_and(|b| b > 0));
     assert_eq!(report["precision"]["tf32"], false);
     // The binary was linked like every test: when the build found OpenBLAS, it serves cblas.
     if gmlx_mlx::blas::BUILD_BLAS == "openblas" {

@@ -22,6 +22,7 @@ pub mod precision;
 pub mod quant;
 pub mod report;
 pub mod runtime;
+pub mod slicing;
 
 pub use error::{Error, Result};
 pub use mlx_rs::{self, fast, ops, Array, Dtype};

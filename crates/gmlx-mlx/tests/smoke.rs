@@ -16,7 +16,7 @@ fn randn(shape: &[i32], seed: u64) -> R<Array> {
 }
 
 fn host(a: &Array) -> R<Vec<f32>> {
-    let a = a.as_dtype(mlx_rs::Dtype::Float32)?;
+    let a = a.as_dtype(mlx_rs::Dtype::Float32)?.flatten(None, None)?;
     a.eval()?;
     Ok(a.as_slice::<f32>().to_vec())
 }
@@ -168,5 +168,20 @@ fn gather_qmm_picks_each_rows_expert() -> R<()> {
     }
     let d = max_abs_diff(&host(&y)?, &expected);
     assert!(d < 2e-3, "max |gather_qmm - host| = {d}");
+    Ok(())
+}
+
+#[test]
+fn slice_and_slice_update_address_the_same_region() -> R<()> {
+    setup();
+    let a = Array::from_slice(&(0..24).map(|v| v as f32).collect::<Vec<_>>(), &[2, 3, 4]);
+    let s = gmlx_mlx::slicing::slice(&a, &[1, 0, 1], &[2, 2, 3]).expect("slice");
+    assert_eq!(s.shape(), &[1, 2, 2]);
+    assert_eq!(host(&s)?, vec![13.0, 14.0, 17.0, 18.0]);
+    let update = Array::from_slice(&[-1.0f32, -2.0, -3.0, -4.0], &[1, 2, 2]);
+    let b = gmlx_mlx::slicing::slice_update(&a, &update, &[1, 0, 1], &[2, 2, 3]).expect("update");
+    let hb = host(&b)?;
+    assert_eq!((hb[13], hb[14], hb[17], hb[18], hb[12]), (-1.0, -2.0, -3.0, -4.0, 12.0));
+    assert_eq!(host(&a)?[13], 13.0, "the source is unchanged");
     Ok(())
 }

@@ -1,0 +1,193 @@
+//! `gmlx run`: flags → load → generate or bench → stdout.
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+use gmlx_mlx::device::DeviceChoice;
+use gmlx_mlx::Dtype;
+use gmlx_models::{chat, default_model, GenerateOptions, Generation, LoadOptions, SamplingParams};
+
+use crate::{usage, Failure};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The GGUF model; without it, the default model (SmolLM2-135M-Instruct Q4_1) is fetched
+    /// once into the cache.
+    model: Option<PathBuf>,
+    /// The prompt: a user message rendered with the model's chat template (see --raw).
+    #[arg(short, long)]
+    prompt: Option<String>,
+    /// A system message for the chat template.
+    #[arg(long)]
+    system: Option<String>,
+    /// Feed the prompt as raw text, without the chat template.
+    #[arg(long)]
+    raw: bool,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 256)]
+    max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    /// Repetition penalty over the last --penalty-last-n tokens (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    frequency_penalty: f32,
+    #[arg(long, default_value_t = 64)]
+    penalty_last_n: usize,
+    /// TOKEN_ID=BIAS, repeatable.
+    #[arg(long, value_parser = parse_bias)]
+    logit_bias: Vec<(u32, f32)>,
+    /// Stop when this text appears (repeatable); it is not printed.
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Makes sampled output repeat exactly.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// auto (GPU when MLX has one), cpu or gpu.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Activation dtype: float32, bfloat16 or float16.
+    #[arg(long, default_value = "float32")]
+    dtype: String,
+    /// Print the load plan (architecture, config, codecs) without loading weights.
+    #[arg(long)]
+    report_only: bool,
+    /// Benchmark prefill and decode at these prompt lengths, e.g. 128,512.
+    #[arg(long, value_delimiter = ',')]
+    bench: Vec<usize>,
+    /// Tokens decoded per --bench row.
+    #[arg(long, default_value_t = 128)]
+    bench_decode: usize,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+}
+
+fn parse_bias(s: &str) -> Result<(u32, f32), String> {
+    let (id, bias) = s.split_once('=').ok_or("expected TOKEN_ID=BIAS")?;
+    Ok((
+        id.trim()
+            .parse()
+            .map_err(|_| format!("bad token id {id:?}"))?,
+        bias.trim()
+            .parse()
+            .map_err(|_| format!("bad bias {bias:?}"))?,
+    ))
+}
+
+fn dtype(name: &str) -> Result<Dtype, Failure> {
+    match name {
+        "float32" | "f32" => Ok(Dtype::Float32),
+        "bfloat16" | "bf16" => Ok(Dtype::Bfloat16),
+        "float16" | "f16" => Ok(Dtype::Float16),
+        other => Err(usage(anyhow::anyhow!(
+            "unknown --dtype {other:?}: expected float32, bfloat16 or float16"
+        ))),
+    }
+}
+
+pub fn run(args: RunArgs) -> Result<(), Failure> {
+    // Everything a user typed is checked before any model is fetched or loaded.
+    let device: DeviceChoice = args.device.parse().map_err(usage)?;
+    let dtype = dtype(&args.dtype)?;
+    let sampling = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repetition_penalty: args.repeat_penalty,
+        presence_penalty: args.presence_penalty,
+        frequency_penalty: args.frequency_penalty,
+        penalty_last_n: args.penalty_last_n,
+        logit_bias: args.logit_bias.iter().copied().collect(),
+        seed: args.seed,
+    };
+    sampling.validate(usize::MAX).map_err(usage)?;
+    if args.prompt.is_none() && args.bench.is_empty() && !args.report_only {
+        return Err(usage(anyhow::anyhow!(
+            "nothing to do: give --prompt TEXT, --bench LENGTHS or --report-only"
+        )));
+    }
+    let path = match args.model {
+        Some(p) if p.is_file() => p,
+        Some(p) => return Err(usage(anyhow::anyhow!("{}: no such file", p.display()))),
+        None => default_model::fetch()?,
+    };
+    // A file that is not valid GGUF is a file error (2); what it asks for that gmlx cannot do
+    // is a load refusal (1).
+    gmlx_gguf::GgufFile::open(&path).map_err(usage)?;
+    let plan = gmlx_models::plan(&path)?;
+    if args.report_only {
+        print!("{plan}");
+        return Ok(());
+    }
+
+    eprintln!("gmlx: loading {} ({})", path.display(), plan.config.arch);
+    let loaded = gmlx_models::load(&path, &LoadOptions { device, dtype })?;
+    eprintln!(
+        "gmlx: loaded in {:.2} s on {:?}: {:.1} MiB of weights in memory",
+        loaded.load_time.as_secs_f64(),
+        loaded.device,
+        loaded.weight_bytes as f64 / (1024.0 * 1024.0)
+    );
+
+    if !args.bench.is_empty() {
+        let rows = gmlx_models::bench::run(&loaded.model, &args.bench, args.bench_decode, 512)?;
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "{:>8} {:>14} {:>8} {:>14}",
+            "prompt", "prefill tok/s", "decode", "decode tok/s"
+        )?;
+        for r in rows {
+            writeln!(
+                out,
+                "{:>8} {:>14.1} {:>8} {:>14.1}",
+                r.prompt_tokens, r.prefill_tok_s, r.decode_tokens, r.decode_tok_s
+            )?;
+        }
+        return Ok(());
+    }
+
+    let text = args.prompt.unwrap_or_default();
+    let prompt = if args.raw {
+        chat::raw_prompt(&loaded.tokenizer, &text)?
+    } else {
+        chat::user_prompt(&loaded.tokenizer, args.system.as_deref(), &text)?
+    };
+    let options = GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling,
+        stop: args.stop,
+        ignore_eos: args.ignore_eos,
+        ..Default::default()
+    };
+    let mut generation = Generation::new(&loaded.model, &loaded.tokenizer, &prompt, options)?;
+    let mut out = std::io::stdout().lock();
+    for piece in generation.by_ref() {
+        out.write_all(piece?.text.as_bytes())?;
+        out.flush()?;
+    }
+    writeln!(out)?;
+    let s = generation.stats();
+    eprintln!(
+        "gmlx: prompt {} tokens ({:.1} tok/s), generated {} tokens ({:.1} tok/s), finish: {:?}",
+        s.prompt_tokens,
+        s.prompt_tokens as f64 / s.prefill.as_secs_f64().max(1e-9),
+        s.generated_tokens,
+        s.generated_tokens as f64 / s.decode.as_secs_f64().max(1e-9),
+        generation.finish_reason()
+    );
+    Ok(())
+}

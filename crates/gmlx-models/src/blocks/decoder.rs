@@ -1,0 +1,88 @@
+//! The pre-norm decoder stack most GGUF architectures share: embedding, blocks of attention
+//! and MLP with residuals, final norm, output head.
+use gmlx_mlx::{Array, Dtype, QuantWeight};
+
+use crate::blocks::attention::Attention;
+use crate::blocks::mlp::SwiGlu;
+use crate::blocks::norm::RmsNorm;
+use crate::cache::KvCache;
+use crate::error::Result;
+
+/// One block: `h = x + attn(norm(x)); out = h + mlp(norm(h))`.
+#[derive(Debug, Clone)]
+pub struct DecoderLayer {
+    pub attn_norm: RmsNorm,
+    pub attention: Attention,
+    pub ffn_norm: RmsNorm,
+    pub mlp: SwiGlu,
+}
+
+impl DecoderLayer {
+    pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
+        let h = x.add(&self.attention.forward(&self.attn_norm.forward(x)?, cache)?)?;
+        Ok(h.add(&self.mlp.forward(&self.ffn_norm.forward(&h)?)?)?)
+    }
+}
+
+/// Which positions' logits a forward pass computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// Every position (teacher forcing, parity checks).
+    All,
+    /// The last position only (prefill and decoding).
+    Last,
+}
+
+/// Embedding, blocks, final norm and output head.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    pub token_embd: QuantWeight,
+    pub layers: Vec<DecoderLayer>,
+    pub output_norm: RmsNorm,
+    /// `None` when the output head is tied to the token embedding.
+    pub output: Option<QuantWeight>,
+    pub dtype: Dtype,
+}
+
+impl Decoder {
+    /// `tokens [batch, n]` continuing what `caches` (one per layer) hold; returns float32
+    /// logits `[batch, n or 1, vocab]`.
+    pub fn forward(&self, tokens: &Array, caches: &mut [KvCache], logits: Logits) -> Result<Array> {
+        let mut x = self.token_embd.rows(tokens)?.as_dtype(self.dtype)?;
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            x = layer.forward(&x, cache)?;
+        }
+        if logits == Logits::Last {
+            let n = x.shape()[1];
+            x = gmlx_mlx::slicing::slice(&x, &[0, n - 1, 0], &[x.shape()[0], n, x.shape()[2]])?;
+        }
+        let x = self.output_norm.forward(&x)?;
+        let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        Ok(head.matmul(&x)?.as_dtype(Dtype::Float32)?)
+    }
+
+    /// Weights that must be evaluated to be resident.
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.token_embd.arrays();
+        for l in &self.layers {
+            out.push(&l.attn_norm.weight);
+            out.push(&l.ffn_norm.weight);
+            for w in [
+                &l.attention.attn_q,
+                &l.attention.attn_k,
+                &l.attention.attn_v,
+                &l.attention.attn_output,
+                &l.mlp.ffn_gate,
+                &l.mlp.ffn_up,
+                &l.mlp.ffn_down,
+            ] {
+                out.extend(w.arrays());
+            }
+        }
+        out.push(&self.output_norm.weight);
+        if let Some(o) = &self.output {
+            out.extend(o.arrays());
+        }
+        out
+    }
+}

@@ -1,0 +1,71 @@
+/// Errors of model loading and generation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Gguf(#[from] gmlx_gguf::Error),
+    #[error(transparent)]
+    Mlx(#[from] gmlx_mlx::Error),
+    #[error(transparent)]
+    Tokenizer(#[from] gmlx_tokenizer::Error),
+    /// `general.architecture` names an architecture gmlx does not run.
+    #[error("unsupported architecture {arch:?} (supported: {supported})")]
+    UnsupportedArch { arch: String, supported: String },
+    /// Tensors use a codec gmlx cannot read.
+    #[error("unsupported codec {codec} ({tensors} tensors use it)")]
+    UnsupportedCodec { codec: String, tensors: usize },
+    /// A metadata value is present but inconsistent with the others.
+    #[error("metadata key {key}: {reason}")]
+    BadConfig { key: String, reason: String },
+    /// A tensor the architecture needs is not in the file.
+    #[error("missing tensor {name}")]
+    MissingTensor { name: String },
+    /// A tensor has a shape other than the config implies.
+    #[error("tensor {name} has shape {found:?}, expected {expected:?}")]
+    TensorShape {
+        name: String,
+        found: Vec<u64>,
+        expected: Vec<u64>,
+    },
+    /// A rope scaling type gmlx does not implement yet.
+    #[error("unsupported rope scaling type {kind:?}")]
+    UnsupportedRopeScaling { kind: String },
+    /// A sampling parameter out of its range.
+    #[error("invalid sampling parameter {name}: {reason}")]
+    BadSampling { name: &'static str, reason: String },
+    /// The prompt and the requested tokens do not fit the context.
+    #[error("context overflow: {needed} tokens, the model's context is {context}")]
+    ContextOverflow { needed: usize, context: usize },
+    /// An empty prompt: there is nothing to continue.
+    #[error("the prompt encodes to no tokens")]
+    EmptyPrompt,
+    /// The default model could not be fetched.
+    #[error("could not fetch the default model: {reason}")]
+    DefaultModel { reason: String },
+}
+
+impl From<gmlx_mlx::mlx_rs::error::Exception> for Error {
+    fn from(e: gmlx_mlx::mlx_rs::error::Exception) -> Self {
+        Error::Mlx(e.into())
+    }
+}
+
+impl Error {
+    /// Whether this is a refusal to load the file (unsupported architecture or codec, bad or
+    /// missing metadata or tensors), as opposed to a failure while running.
+    pub fn is_load_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::Gguf(_)
+                | Error::UnsupportedArch { .. }
+                | Error::UnsupportedCodec { .. }
+                | Error::BadConfig { .. }
+                | Error::MissingTensor { .. }
+                | Error::TensorShape { .. }
+                | Error::UnsupportedRopeScaling { .. }
+        )
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
