@@ -268,3 +268,15 @@ impl GgufFile {
         self.metadata().get_bool(key)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_and_error_are_send_sync() {
+        fn check<T: Send + Sync + 'static>() {}
+        check::<GgufFile>();
+        check::<Error>();
+    }
+}
