@@ -1,0 +1,116 @@
+"""llama.cpp goldens for SmolLM2-135M-Instruct.Q4_1.gguf (the default model).
+
+Two references (see ../../../../docs/testing.md):
+- exact: llama.cpp on a float32 copy of the file (every tensor dequantized with gguf-py and
+  written back with its GGUFWriter), float32 KV cache: logits at every position of the
+  prompt plus llama.cpp's own greedy continuation, for llama.cpp's top-16 ids at each
+  position and 64 fixed ids; and the greedy tokens.
+- quantized: llama.cpp on the file itself (f16 KV cache, as users run it): greedy tokens and
+  the top-1 minus top-2 logit margin at each step, for the teacher-forced check.
+
+Environment: PYTHONPATH=<llama-cpp-python 0.3.36 sdist> (the binding),
+LLAMA_CPP_LIB_PATH=<llama.cpp cmake build>/bin, a Python with numpy, gguf==0.19.0,
+typing_extensions, diskcache. Usage: make_smollm2_golden.py MODEL.gguf OUT.json
+"""
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+import gguf
+import llama_cpp
+from llama_cpp import Llama
+
+MODEL, OUT = sys.argv[1], sys.argv[2]
+PROMPT = "The capital of France is"
+N_PREDICT = 32
+TOP = 16
+FIXED_IDS = sorted(np.random.default_rng(1234).choice(49152, 64, replace=False).tolist())
+
+
+def float32_copy(src, dst):
+    reader = gguf.GGUFReader(src)
+    arch = reader.get_field("general.architecture").contents()
+    writer = gguf.GGUFWriter(dst, arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    for t in reader.tensors:
+        values = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        writer.add_tensor(t.name, values, raw_dtype=gguf.GGMLQuantizationType.F32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def greedy(llm, ids, n):
+    llm.reset()
+    llm.eval(ids)
+    out, margins = [], []
+    for _ in range(n):
+        row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+        srt = np.sort(row)
+        t = int(np.argmax(row))
+        out.append(t)
+        margins.append(round(float(srt[-1] - srt[-2]), 5))
+        if t == llm.token_eos():
+            break
+        llm.eval([t])
+    return out, margins
+
+
+def open_llama(path, kv_f32):
+    kw = dict(model_path=path, n_ctx=512, n_batch=512, logits_all=True, n_threads=2,
+              verbose=False, seed=0, flash_attn=False)
+    if kv_f32:
+        kw.update(type_k=0, type_v=0)  # GGML_TYPE_F32
+    return Llama(**kw)
+
+
+golden = {
+    "model": os.path.basename(MODEL),
+    "prompt": PROMPT,
+    "llama_cpp_python": llama_cpp.__version__,
+    "gguf_py": gguf.__version__ if hasattr(gguf, "__version__") else "0.19.0",
+    "config": "n_ctx 512, n_batch 512, 2 threads, no flash attention; prompt in one batch, "
+              "then one token per decode, argmax over the full vocabulary",
+}
+
+llm = open_llama(MODEL, kv_f32=False)
+prompt_ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)  # honours add_bos_token
+tokens, margins = greedy(llm, prompt_ids, N_PREDICT)
+golden["prompt_ids"] = prompt_ids
+golden["quantized"] = {"kv_cache": "f16", "greedy": tokens, "margins": margins,
+                       "text": llm.detokenize(tokens).decode("utf-8", "replace")}
+del llm
+
+with tempfile.TemporaryDirectory() as tmp:
+    copy = os.path.join(tmp, "f32.gguf")
+    float32_copy(MODEL, copy)
+    llm = open_llama(copy, kv_f32=True)
+    tokens, margins = greedy(llm, prompt_ids, N_PREDICT)
+    sequence = prompt_ids + tokens
+    llm.reset()
+    llm.eval(sequence)
+    positions = []
+    for p in range(len(sequence)):
+        row = np.array(llm.scores[p], dtype=np.float32)
+        top = np.argsort(-row, kind="stable")[:TOP].tolist()
+        positions.append({
+            "top_ids": top,
+            "top_logits": [round(float(row[i]), 6) for i in top],
+            "fixed_logits": [round(float(row[i]), 6) for i in FIXED_IDS],
+        })
+    golden["exact"] = {"kv_cache": "f32", "greedy": tokens, "margins": margins,
+                       "text": llm.detokenize(tokens).decode("utf-8", "replace"),
+                       "sequence": sequence, "fixed_ids": FIXED_IDS, "positions": positions}
+    del llm
+
+with open(OUT, "w") as f:
+    json.dump(golden, f, indent=1)
+print(golden["quantized"]["text"], "|", golden["exact"]["text"])
