@@ -61,6 +61,11 @@ mod tests {
     fn hash_is_pinned() {
         // Pinned so that any change to the algorithm is noticed.
         let map: [&[u8]; 3] = [b"a", b" b", b"\xe2"];
+        // The same value as Python's hashlib over the documented byte stream.
+        assert_eq!(
+            vocab_map_hash(&map),
+            "c5c3a87fa3df57fea181b855da359412f70e0bd9c004f0c873f34d5d09b9890f"
+        );
         assert_eq!(
             vocab_map_hash(&map),
             vocab_map_hash(&[b"a".to_vec(), b" b".to_vec(), vec![0xe2]])

