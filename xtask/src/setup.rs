@@ -88,7 +88,7 @@ fn llama_cpp_sources(cache: &Path) -> Result<PathBuf> {
     eprintln!("xtask: downloading llama-cpp-python {LLAMA_CPP_PYTHON} (llama.cpp sources, 77 MB)");
     run_command(Command::new("python3")
         .args(["-m", "pip", "download", "--no-deps", "--no-binary", ":all:"])
-        .args(["--no-build-isolation", "--require-hashes", "-r"])
+        .args(["--require-hashes", "-r"])
         .arg(&req)
         .arg("-d")
         .arg(&work))?;
