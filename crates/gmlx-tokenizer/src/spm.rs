@@ -14,9 +14,16 @@ use crate::error::{Error, Result};
 use crate::vocab::Vocab;
 use crate::TokenId;
 
+/// SentencePiece's escaped space.
+const SPACE: char = '\u{2581}';
+
 #[derive(Debug)]
 pub(crate) struct SpmEncoder {
     model: BPE,
+    /// No token has U+2581 right after another character, so no merge can cross the
+    /// start of a `▁`-run that follows other text: the text is tokenized in such
+    /// segments (same result, far faster on long inputs, and the BPE cache applies).
+    split_at_spaces: bool,
 }
 
 impl SpmEncoder {
@@ -45,8 +52,7 @@ impl SpmEncoder {
             .collect();
         let mut builder = BPE::builder()
             .vocab_and_merges(model_vocab(vocab), pairs)
-            .byte_fallback(true)
-            .cache_capacity(0);
+            .byte_fallback(true);
         if let Some(unk) = vocab.special.unk {
             builder = builder.unk_token(vocab.texts[unk as usize].clone());
         }
@@ -54,11 +60,38 @@ impl SpmEncoder {
             part: "SentencePiece model",
             reason: e.to_string(),
         })?;
-        Ok(SpmEncoder { model })
+        let split_at_spaces = !vocab.texts.iter().any(|t| {
+            let mut prev: Option<char> = None;
+            t.chars().any(|c| {
+                let crossing = c == SPACE && prev.is_some_and(|p| p != SPACE);
+                prev = Some(c);
+                crossing
+            })
+        });
+        Ok(SpmEncoder {
+            model,
+            split_at_spaces,
+        })
     }
 
     /// Tokenizes text whose spaces are already escaped as U+2581.
     pub(crate) fn tokenize(&self, text: &str, out: &mut Vec<TokenId>) -> Result<()> {
+        if !self.split_at_spaces {
+            return self.tokenize_segment(text, out);
+        }
+        let mut start = 0;
+        let mut prev: Option<char> = None;
+        for (i, c) in text.char_indices() {
+            if c == SPACE && prev.is_some_and(|p| p != SPACE) {
+                self.tokenize_segment(&text[start..i], out)?;
+                start = i;
+            }
+            prev = Some(c);
+        }
+        self.tokenize_segment(&text[start..], out)
+    }
+
+    fn tokenize_segment(&self, text: &str, out: &mut Vec<TokenId>) -> Result<()> {
         let tokens = self.model.tokenize(text).map_err(|e| Error::Encode {
             reason: e.to_string(),
         })?;
