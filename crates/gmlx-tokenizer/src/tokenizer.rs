@@ -28,7 +28,8 @@ pub enum TokenizerKind {
 }
 
 /// A tokenizer built from GGUF metadata: encode, decode, special tokens, chat templates.
-#[derive(Debug)]
+///
+/// `Send + Sync`: share one behind an `Arc` between request handlers.
 pub struct Tokenizer {
     vocab: Vocab,
     encoder: Encoder,
@@ -40,6 +41,21 @@ pub struct Tokenizer {
     /// Bytes of every token with specials rendered.
     pieces: Vec<Vec<u8>>,
     chat_templates: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("kind", &self.kind())
+            .field("pre", &self.pre)
+            .field("vocab_size", &self.vocab.len())
+            .field("special", &self.vocab.special)
+            .field("add_bos", &self.add_bos)
+            .field("add_eos", &self.add_eos)
+            .field("add_space_prefix", &self.add_space_prefix)
+            .field("chat_templates", &self.chat_template_names())
+            .finish()
+    }
 }
 
 impl Tokenizer {

@@ -236,3 +236,30 @@ fn vocab_map_hash_is_stable_and_discriminating() {
 
 /// Also computed by `tests/python/vocab_map_hash.py` (an independent implementation).
 const GPT2_HASH: &str = "62c812539eef78c1fb46502c40b07b1ee9e5ffffc738ab66f6769810deac9c37";
+
+#[test]
+fn shareable_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tokenizer>();
+    assert_send_sync::<gmlx_tokenizer::ChatTemplate>();
+}
+
+#[test]
+fn named_chat_templates_are_read() {
+    let tok = tokenizer("command-r");
+    assert_eq!(tok.chat_template_names(), ["default", "tool_use", "rag"]);
+    assert!(tok
+        .chat_template_source("rag")
+        .unwrap()
+        .contains("{{ bos_token }}"));
+    assert!(tok.chat_template("tool_use", Default::default()).is_ok());
+    assert!(matches!(
+        tok.chat_template("nope", Default::default()),
+        Err(Error::NoChatTemplate { .. })
+    ));
+    let debug = format!("{tok:?}");
+    assert!(
+        debug.len() < 1000 && debug.contains("vocab_size: 256000"),
+        "{debug}"
+    );
+}
