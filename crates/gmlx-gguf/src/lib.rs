@@ -48,6 +48,6 @@ pub use file::GgufFile;
 pub use ggml_type::GgmlType;
 pub use metadata::{MetaKey, Metadata};
 pub use reader::{parse_header, Header, Limits, TensorInfo};
-pub use repack::{repack_affine, AffineLayout, AffineWeights};
+pub use repack::{repack_affine, repack_mxfp4, AffineLayout, AffineWeights, Mxfp4Weights};
 pub use value::{Array, Value, ValueType};
 pub use writer::GgufWriter;

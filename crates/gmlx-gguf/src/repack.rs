@@ -324,3 +324,63 @@ impl AffineWeights {
         out
     }
 }
+
+/// An MXFP4 matrix in MLX's `mxfp4` quantization mode: `rows x cols/8` words of eight 4-bit
+/// E2M1 codes, element `c` in bits `4 (c % 8)` of word `c / 8` (LSB first), and one E8M0
+/// exponent byte per 32 elements. ggml's codes index `kvalues_mxfp4`, which doubles E2M1, and
+/// its scale halves `2^(e - 127)`: the code and the exponent byte carry over unchanged; only
+/// the nibble order differs (ggml puts element `j + 16` of a block in the high nibble of
+/// byte `j`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mxfp4Weights {
+    pub rows: usize,
+    pub cols: usize,
+    pub q: Vec<u32>,
+    /// `rows x cols / 32` exponent bytes.
+    pub scales: Vec<u8>,
+}
+
+/// Repacks an MXFP4 tensor (`dims` in ggml order) for MLX's `mxfp4` mode, exactly.
+pub fn repack_mxfp4(bytes: &[u8], dims: &[u64]) -> Result<Mxfp4Weights> {
+    let ty = GgmlType::MXFP4;
+    let n_elements = dims
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .unwrap_or(u64::MAX);
+    let expected = ty.bytes_for(n_elements).unwrap_or(u64::MAX);
+    let cols = dims.first().copied().unwrap_or(1);
+    if cols % 32 != 0 || expected != bytes.len() as u64 {
+        return Err(Error::ByteLength {
+            ty,
+            n_elements,
+            expected,
+            found: bytes.len() as u64,
+        });
+    }
+    let blocks = bytes.len() / 17;
+    let mut q = vec![0u32; blocks * 4];
+    let mut scales = vec![0u8; blocks];
+    q.par_chunks_mut(4)
+        .zip(scales.par_chunks_mut(1))
+        .zip(bytes.par_chunks(17))
+        .for_each(|((words, scale), block)| {
+            scale[0] = block[0];
+            let mut codes = [0u8; 32];
+            for j in 0..16 {
+                codes[j] = block[1 + j] & 0xF;
+                codes[j + 16] = block[1 + j] >> 4;
+            }
+            pack_bits(&codes, 4, words);
+        });
+    let cols = cols as usize;
+    Ok(Mxfp4Weights {
+        rows: if cols == 0 {
+            0
+        } else {
+            (n_elements as usize) / cols
+        },
+        cols,
+        q,
+        scales,
+    })
+}

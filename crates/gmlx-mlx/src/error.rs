@@ -20,6 +20,9 @@ pub enum Error {
         #[source]
         source: gmlx_gguf::Error,
     },
+    /// A tensor of more than 3 dimensions where a matrix or expert stack was expected.
+    #[error("tensor {tensor} has {dims} dimensions; weights have at most 3")]
+    TensorRank { tensor: String, dims: usize },
     /// A tensor dimension beyond what MLX indexes (2^31 - 1).
     #[error("tensor {tensor} has a dimension too large for MLX")]
     TensorTooLarge { tensor: String },

@@ -15,11 +15,11 @@
 //! # Ok::<(), gmlx_mlx::Error>(())
 //! ```
 pub mod blas;
-pub mod checkpoint;
 pub mod device;
 mod error;
 pub mod memory;
 pub mod precision;
+pub mod qmm;
 pub mod quant;
 pub mod report;
 pub mod runtime;

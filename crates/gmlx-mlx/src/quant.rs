@@ -2,33 +2,57 @@
 //!
 //! Codecs whose math maps exactly onto MLX's affine quantization (Q4_0, Q4_1, Q5_0, Q5_1,
 //! Q8_0, Q4_K, Q5_K; see `gmlx_gguf::repack`) stay quantized: a 4-bit file stays about 4 bits
-//! per weight in memory. Every other codec is dequantized at load to the activation dtype.
+//! per weight in memory. MXFP4 stays MXFP4 (MLX's `mxfp4` mode). Every other codec is
+//! dequantized at load to the activation dtype.
+//!
+//! A 3-D tensor (GGUF dims `[in, out, experts]`) is a stack of expert matrices, multiplied
+//! per row with [`QuantWeight::gather_matmul`].
 use gmlx_gguf::{GgmlType, GgufFile, TensorInfo};
 use mlx_rs::{ops, Array, Dtype};
 
 use crate::error::{Error, Result};
+use crate::qmm::{self, Mode, Packed};
 
 /// How a [`QuantWeight`] is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Storage {
     /// MLX affine: packed `u32` codes with one scale and bias per group.
     Affine { bits: i32, group_size: i32 },
+    /// MLX `mxfp4`: E2M1 codes with one E8M0 exponent per 32.
+    Mxfp4,
     /// A plain float array in the activation dtype.
     Dense,
 }
 
-/// A weight matrix `[rows, cols]` (GGUF `dims = [cols, rows]`), or a vector.
+#[derive(Debug, Clone)]
+enum Data {
+    Packed {
+        w: Array,
+        scales: Array,
+        biases: Option<Array>,
+        group_size: i32,
+        bits: i32,
+        mode: Mode,
+    },
+    Dense(Array),
+}
+
+/// Borrowed access to either form.
+enum View<'a> {
+    Packed(Packed<'a>),
+    Dense(&'a Array),
+}
+
+/// A weight matrix `[rows, cols]` (GGUF `dims = [cols, rows]`), a stack of them
+/// `[experts, rows, cols]`, or a vector.
 #[derive(Debug, Clone)]
 pub struct QuantWeight {
     name: String,
     codec: GgmlType,
-    storage: Storage,
-    /// Affine: packed codes `[rows, cols * bits / 32]` (u32). Dense: `[rows, cols]` or `[cols]`.
-    data: Array,
-    scales: Option<Array>,
-    biases: Option<Array>,
+    data: Data,
     rows: i32,
     cols: i32,
+    experts: Option<i32>,
 }
 
 fn dim(name: &str, value: u64) -> Result<i32> {
@@ -44,77 +68,88 @@ impl QuantWeight {
     pub fn from_gguf(file: &GgufFile, info: &TensorInfo, dtype: Dtype) -> Result<QuantWeight> {
         let name = info.name.clone();
         let cols = dim(&name, info.row_len())?;
-        let rows = dim(&name, info.n_rows())?;
+        let rows = dim(&name, info.dims.get(1).copied().unwrap_or(1))?;
+        let experts = match info.dims.len() {
+            0..=2 => None,
+            3 => Some(dim(&name, info.dims[2])?),
+            _ => {
+                return Err(Error::TensorRank {
+                    tensor: name,
+                    dims: info.dims.len(),
+                })
+            }
+        };
+        // [experts, rows] or [rows] in front of the per-row data
+        let lead: Vec<i32> = experts.into_iter().chain([rows]).collect();
+        let shaped = |last: i32| -> Vec<i32> { lead.iter().copied().chain([last]).collect() };
         let bytes = file.tensor_data(info);
         let gguf_err = |source| Error::Gguf {
             tensor: info.name.clone(),
             source,
         };
-        if info.dims.len() >= 2 && gmlx_gguf::repack::affine_layout(info.ggml_type).is_ok() {
-            let affine =
-                gmlx_gguf::repack_affine(info.ggml_type, bytes, &info.dims).map_err(gguf_err)?;
-            let bits = affine.layout.bits as i32;
-            let group_size = affine.layout.group_size as i32;
-            let words = cols * bits / 32;
-            let groups = cols / group_size;
-            let side_dtype = if dtype == Dtype::Float32 {
-                Dtype::Float32
-            } else {
-                dtype
-            };
-            let scales = Array::from_slice(&affine.scales, &[rows, groups]).as_dtype(side_dtype)?;
-            let biases = Array::from_slice(&affine.biases, &[rows, groups]).as_dtype(side_dtype)?;
-            return Ok(QuantWeight {
-                name,
-                codec: info.ggml_type,
-                storage: Storage::Affine { bits, group_size },
-                data: Array::from_slice(&affine.q, &[rows, words]),
-                scales: Some(scales),
-                biases: Some(biases),
-                rows,
-                cols,
-            });
-        }
-        let values =
-            gmlx_gguf::dequantize(info.ggml_type, bytes, info.n_elements()).map_err(gguf_err)?;
-        let shape: Vec<i32> = if info.dims.len() >= 2 {
-            vec![rows, cols]
+        let matrix = info.dims.len() >= 2;
+        let side_dtype = if dtype == Dtype::Float32 {
+            Dtype::Float32
         } else {
-            vec![cols]
+            dtype
         };
-        let data = Array::from_slice(&values, &shape).as_dtype(dtype)?;
+        let data = if matrix && gmlx_gguf::repack::affine_layout(info.ggml_type).is_ok() {
+            let a =
+                gmlx_gguf::repack_affine(info.ggml_type, bytes, &info.dims).map_err(gguf_err)?;
+            let bits = a.layout.bits as i32;
+            let group_size = a.layout.group_size as i32;
+            let groups = cols / group_size;
+            Data::Packed {
+                w: Array::from_slice(&a.q, &shaped(cols * bits / 32)),
+                scales: Array::from_slice(&a.scales, &shaped(groups)).as_dtype(side_dtype)?,
+                biases: Some(Array::from_slice(&a.biases, &shaped(groups)).as_dtype(side_dtype)?),
+                group_size,
+                bits,
+                mode: Mode::Affine,
+            }
+        } else if matrix && info.ggml_type == GgmlType::MXFP4 {
+            let m = gmlx_gguf::repack_mxfp4(bytes, &info.dims).map_err(gguf_err)?;
+            Data::Packed {
+                w: Array::from_slice(&m.q, &shaped(cols / 8)),
+                scales: Array::from_slice(&m.scales, &shaped(cols / 32)),
+                biases: None,
+                group_size: 32,
+                bits: 4,
+                mode: Mode::Mxfp4,
+            }
+        } else {
+            let values = gmlx_gguf::dequantize(info.ggml_type, bytes, info.n_elements())
+                .map_err(gguf_err)?;
+            let shape = if matrix { shaped(cols) } else { vec![cols] };
+            Data::Dense(Array::from_slice(&values, &shape).as_dtype(dtype)?)
+        };
         Ok(QuantWeight {
             name,
             codec: info.ggml_type,
-            storage: Storage::Dense,
             data,
-            scales: None,
-            biases: None,
             rows,
             cols,
+            experts,
         })
     }
 
     /// A dense weight from an array `[rows, cols]` (or `[cols]`).
     pub fn dense(name: impl Into<String>, data: Array) -> QuantWeight {
         let shape = data.shape().to_vec();
-        let (rows, cols) = match shape.as_slice() {
-            [r, c] => (*r, *c),
-            [c] => (1, *c),
-            _ => (
-                shape.iter().take(shape.len() - 1).product(),
-                *shape.last().unwrap_or(&1),
-            ),
+        let cols = shape.last().copied().unwrap_or(1);
+        let rows = if shape.len() >= 2 {
+            shape[shape.len() - 2]
+        } else {
+            1
         };
+        let experts = (shape.len() == 3).then(|| shape[0]);
         QuantWeight {
             name: name.into(),
             codec: GgmlType::F32,
-            storage: Storage::Dense,
-            data,
-            scales: None,
-            biases: None,
+            data: Data::Dense(data),
             rows,
             cols,
+            experts,
         }
     }
 
@@ -128,41 +163,94 @@ impl QuantWeight {
     }
 
     pub fn storage(&self) -> Storage {
-        self.storage
+        match &self.data {
+            Data::Packed {
+                mode: Mode::Mxfp4, ..
+            } => Storage::Mxfp4,
+            Data::Packed {
+                bits, group_size, ..
+            } => Storage::Affine {
+                bits: *bits,
+                group_size: *group_size,
+            },
+            Data::Dense(_) => Storage::Dense,
+        }
     }
 
-    /// `(rows, cols)`: output and input features of a matrix.
+    /// `(rows, cols)`: output and input features of a matrix (of each expert's matrix).
     pub fn shape(&self) -> (i32, i32) {
         (self.rows, self.cols)
     }
 
+    /// The number of stacked expert matrices, for a 3-D tensor.
+    pub fn experts(&self) -> Option<i32> {
+        self.experts
+    }
+
     /// The dense array (vectors such as norm weights, and dense matrices).
     pub fn as_dense(&self) -> Option<&Array> {
-        (self.storage == Storage::Dense).then_some(&self.data)
+        match &self.data {
+            Data::Dense(a) => Some(a),
+            Data::Packed { .. } => None,
+        }
+    }
+
+    fn view(&self) -> View<'_> {
+        match &self.data {
+            Data::Packed {
+                w,
+                scales,
+                biases,
+                group_size,
+                bits,
+                mode,
+            } => View::Packed(Packed {
+                w,
+                scales,
+                biases: biases.as_ref(),
+                group_size: *group_size,
+                bits: *bits,
+                mode: *mode,
+            }),
+            Data::Dense(a) => View::Dense(a),
+        }
     }
 
     /// Bytes this weight holds in memory.
     pub fn nbytes(&self) -> usize {
-        self.data.nbytes()
-            + self.scales.as_ref().map_or(0, Array::nbytes)
-            + self.biases.as_ref().map_or(0, Array::nbytes)
+        self.arrays().iter().map(|a| a.nbytes()).sum()
     }
 
     /// The arrays to evaluate to make the weight resident.
     pub fn arrays(&self) -> Vec<&Array> {
-        [Some(&self.data), self.scales.as_ref(), self.biases.as_ref()]
-            .into_iter()
-            .flatten()
-            .collect()
+        match &self.data {
+            Data::Packed {
+                w, scales, biases, ..
+            } => [Some(w), Some(scales), biases.as_ref()]
+                .into_iter()
+                .flatten()
+                .collect(),
+            Data::Dense(a) => vec![a],
+        }
     }
 
     /// `x @ W^T`: `x [..., cols]` to `[..., rows]`.
     pub fn matmul(&self, x: &Array) -> Result<Array> {
-        match (self.storage, &self.scales, &self.biases) {
-            (Storage::Affine { bits, group_size }, Some(s), Some(b)) => Ok(ops::quantized_matmul(
-                x, &self.data, s, b, true, group_size, bits,
-            )?),
-            _ => Ok(x.matmul(&self.data.t())?),
+        match self.view() {
+            View::Packed(p) => qmm::quantized_matmul(x, p, true),
+            View::Dense(w) => Ok(x.matmul(&w.t())?),
+        }
+    }
+
+    /// For a stack of experts: `x [..., 1, cols]` times expert `indices[...]`, giving
+    /// `[..., 1, rows]` (MLX's gather matmul; only the selected experts are touched).
+    pub fn gather_matmul(&self, x: &Array, indices: &Array) -> Result<Array> {
+        match self.view() {
+            View::Packed(p) => qmm::gather_qmm(x, p, indices, true),
+            View::Dense(w) => {
+                let wt = w.swap_axes(-1, -2)?;
+                Ok(ops::gather_mm(x, &wt, None, indices, None)?)
+            }
         }
     }
 
@@ -170,28 +258,26 @@ impl QuantWeight {
     /// ever dequantized, never the whole table.
     pub fn rows(&self, ids: &Array) -> Result<Array> {
         let take = |a: &Array| a.take_axis(ids, 0);
-        match (self.storage, &self.scales, &self.biases) {
-            (Storage::Affine { bits, group_size }, Some(s), Some(b)) => {
-                let biases = take(b)?;
-                Ok(ops::dequantize(
-                    take(&self.data)?,
-                    take(s)?,
-                    &biases,
-                    group_size,
-                    bits,
-                )?)
+        match self.view() {
+            View::Packed(p) => {
+                let (w, scales) = (take(p.w)?, take(p.scales)?);
+                let biases = p.biases.map(take).transpose()?;
+                qmm::dequantize(Packed {
+                    w: &w,
+                    scales: &scales,
+                    biases: biases.as_ref(),
+                    ..p
+                })
             }
-            _ => Ok(take(&self.data)?),
+            View::Dense(a) => Ok(take(a)?),
         }
     }
 
-    /// The whole matrix as floats (tests and reference paths only).
+    /// The whole weight as floats (tests and reference paths only).
     pub fn dequantized(&self) -> Result<Array> {
-        match (self.storage, &self.scales, &self.biases) {
-            (Storage::Affine { bits, group_size }, Some(s), Some(b)) => {
-                Ok(ops::dequantize(&self.data, s, b, group_size, bits)?)
-            }
-            _ => Ok(self.data.clone()),
+        match self.view() {
+            View::Packed(p) => qmm::dequantize(p),
+            View::Dense(a) => Ok(a.clone()),
         }
     }
 }

@@ -26,10 +26,22 @@ fn blocks(ty: GgmlType, n_blocks: usize, seed: u64) -> Vec<u8> {
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => 2,
         _ => 1,
     };
+    if ty == GgmlType::MXFP4 {
+        // one E8M0 exponent byte: keep it in a normal range
+        for (b, block) in bytes.chunks_mut(size).enumerate() {
+            block[0] = 120 + (b % 10) as u8;
+        }
+        return bytes;
+    }
+    // where the f16 super-block scale sits: first, except for Q3_K and Q6_K (last)
+    let at = match ty {
+        GgmlType::Q3_K | GgmlType::Q6_K => size - 2,
+        _ => 0,
+    };
     for (b, block) in bytes.chunks_mut(size).enumerate() {
         for f in 0..scale_fields {
             let v = half::f16::from_f32(0.01 + 0.003 * ((b * 7 + f * 3) % 11) as f32);
-            block[2 * f..2 * f + 2].copy_from_slice(&v.to_le_bytes());
+            block[at + 2 * f..at + 2 * f + 2].copy_from_slice(&v.to_le_bytes());
         }
     }
     bytes
@@ -53,6 +65,7 @@ fn every_codec_loads_exactly_and_multiplies() {
         (GgmlType::Q8_0, true),
         (GgmlType::Q4_K, true),
         (GgmlType::Q5_K, true),
+        (GgmlType::MXFP4, true),
         (GgmlType::Q6_K, false),
         (GgmlType::Q3_K, false),
     ];
@@ -82,7 +95,7 @@ fn every_codec_loads_exactly_and_multiplies() {
         let info = file.tensor(&format!("t{i}")).expect("tensor");
         let weight = QuantWeight::from_gguf(&file, info, Dtype::Float32).expect("load");
         assert_eq!(
-            matches!(weight.storage(), Storage::Affine { .. }),
+            matches!(weight.storage(), Storage::Affine { .. } | Storage::Mxfp4),
             *affine,
             "{ty:?}"
         );
@@ -123,6 +136,59 @@ fn every_codec_loads_exactly_and_multiplies() {
                 &reference[id * c..(id + 1) * c],
                 "{ty:?}"
             );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn expert_stacks_multiply_the_selected_expert_per_row() {
+    gmlx_mlx::device::use_device(gmlx_mlx::device::DeviceChoice::Auto).expect("device");
+    let (experts, rows, cols) = (4u64, 8u64, 256u64);
+    let dir = std::env::temp_dir().join(format!("gmlx-experts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let path = dir.join("experts.gguf");
+    let codecs = [GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::Q6_K];
+    let mut w = GgufWriter::new();
+    w.add_kv("general.architecture", "test").expect("kv");
+    for (i, ty) in codecs.iter().enumerate() {
+        let n_blocks = (experts * rows * cols) as usize / ty.block_size();
+        w.add_tensor(
+            &format!("e{i}"),
+            *ty,
+            &[cols, rows, experts],
+            blocks(*ty, n_blocks, 40 + i as u64),
+        )
+        .expect("tensor");
+    }
+    w.write_to_path(&path).expect("write");
+    let file = GgufFile::open(&path).expect("open");
+    let picks = [3u32, 0, 2, 3, 1];
+    let (r, c) = (rows as usize, cols as usize);
+    let x: Vec<f32> = (0..picks.len() * c)
+        .map(|i| ((i * 13 % 29) as f32 - 14.0) / 14.0)
+        .collect();
+    let xa = Array::from_slice(&x, &[picks.len() as i32, 1, cols as i32]);
+    let ids = Array::from_slice(&picks, &[picks.len() as i32]);
+    for (i, ty) in codecs.iter().enumerate() {
+        let info = file.tensor(&format!("e{i}")).expect("tensor");
+        let weight = QuantWeight::from_gguf(&file, info, Dtype::Float32).expect("load");
+        assert_eq!(weight.experts(), Some(experts as i32));
+        let reference = file.dequantize(&info.name).expect("reference");
+        let y = host(&weight.gather_matmul(&xa, &ids).expect("gather"));
+        assert_eq!(y.len(), picks.len() * r, "{ty:?}");
+        for (t, &e) in picks.iter().enumerate() {
+            for o in 0..r {
+                let wrow = &reference[(e as usize * r + o) * c..(e as usize * r + o + 1) * c];
+                let dot: f64 = (0..c)
+                    .map(|k| f64::from(x[t * c + k]) * f64::from(wrow[k]))
+                    .sum();
+                let got = f64::from(y[t * r + o]);
+                assert!(
+                    (got - dot).abs() < 1e-3 * (1.0 + dot.abs()),
+                    "{ty:?} row {t} out {o}: {got} vs {dot}"
+                );
+            }
         }
     }
     std::fs::remove_dir_all(&dir).ok();

@@ -181,7 +181,10 @@ fn slice_and_slice_update_address_the_same_region() -> R<()> {
     let update = Array::from_slice(&[-1.0f32, -2.0, -3.0, -4.0], &[1, 2, 2]);
     let b = gmlx_mlx::slicing::slice_update(&a, &update, &[1, 0, 1], &[2, 2, 3]).expect("update");
     let hb = host(&b)?;
-    assert_eq!((hb[13], hb[14], hb[17], hb[18], hb[12]), (-1.0, -2.0, -3.0, -4.0, 12.0));
+    assert_eq!(
+        (hb[13], hb[14], hb[17], hb[18], hb[12]),
+        (-1.0, -2.0, -3.0, -4.0, 12.0)
+    );
     assert_eq!(host(&a)?[13], 13.0, "the source is unchanged");
     Ok(())
 }

@@ -16,6 +16,31 @@ pub struct RopeConfig {
     pub position_scale: f32,
     /// Per-frequency divisors (llama.cpp's `rope_freqs` tensor, llama 3.1 style).
     pub freq_factors: Option<Vec<f32>>,
+    /// YaRN context extension.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN: per-frequency interpolation between the original and the `factor`-stretched
+/// rotation, and a magnitude correction, as llama.cpp's `rope_yarn` computes them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Yarn {
+    pub factor: f32,
+    pub original_context: u32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// `rope.scaling.attn_factor` (1 when absent).
+    pub attn_factor: f32,
+}
+
+/// Mixture-of-experts hyperparameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    pub experts: i32,
+    pub experts_used: i32,
+    /// Hidden size of each expert's MLP.
+    pub expert_ffn: i32,
+    /// Router weight multiplier (`expert_weights_scale`; 1 when absent).
+    pub weights_scale: f32,
 }
 
 /// A validated decoder configuration.
@@ -33,6 +58,8 @@ pub struct ModelConfig {
     pub rms_eps: f32,
     pub context_length: usize,
     pub rope: RopeConfig,
+    /// Present for mixture-of-experts models.
+    pub moe: Option<MoeConfig>,
 }
 
 fn bad(file: &GgufFile, key: Kv, reason: impl Into<String>) -> Error {
@@ -94,11 +121,11 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
             ))
         }
     };
-    let ffn_hidden = positive(
-        file,
-        Kv::FeedForwardLength,
-        file.get_u32(&Kv::FeedForwardLength)?,
-    )?;
+    // MoE models may give only the expert size; 0 then means "no dense MLP"
+    let ffn_hidden = match meta.opt_u32(&Kv::FeedForwardLength)? {
+        Some(v) => i32::try_from(v).map_err(|_| bad(file, Kv::FeedForwardLength, "too large"))?,
+        None => 0,
+    };
     let rms_eps = file.get_f32(&Kv::AttentionLayerNormRmsEpsilon)?;
     let vocab = match meta.opt_u32(&Kv::VocabSize)? {
         Some(v) => positive(file, Kv::VocabSize, v)?,
@@ -120,7 +147,7 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
         ));
     }
     let base = meta.opt_f32(&Kv::RopeFreqBase)?.unwrap_or(10_000.0);
-    let position_scale = rope_position_scale(file)?;
+    let (position_scale, yarn) = rope_scaling(file)?;
     let freq_factors = rope_freq_factors(file, rope_dims)?;
     Ok(ModelConfig {
         arch,
@@ -139,25 +166,87 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
             traditional: traditional_rope,
             position_scale,
             freq_factors,
+            yarn,
         },
+        moe: None,
     })
 }
 
-fn rope_position_scale(file: &GgufFile) -> Result<f32> {
+/// Reads the expert counts and sizes of an MoE decoder.
+pub fn synth_moe(file: &GgufFile) -> Result<MoeConfig> {
+    let meta = file.metadata();
+    let experts = positive(file, Kv::ExpertCount, file.get_u32(&Kv::ExpertCount)?)?;
+    let experts_used = positive(
+        file,
+        Kv::ExpertUsedCount,
+        file.get_u32(&Kv::ExpertUsedCount)?,
+    )?;
+    if experts_used > experts {
+        return Err(bad(
+            file,
+            Kv::ExpertUsedCount,
+            format!("{experts_used} experts per token but only {experts} experts"),
+        ));
+    }
+    let expert_ffn = positive(
+        file,
+        Kv::ExpertFeedForwardLength,
+        file.get_u32(&Kv::ExpertFeedForwardLength)?,
+    )?;
+    let weights_scale = match meta.opt_f32(&Kv::ExpertWeightsScale)? {
+        Some(s) if s != 0.0 => s,
+        _ => 1.0,
+    };
+    Ok(MoeConfig {
+        experts,
+        experts_used,
+        expert_ffn,
+        weights_scale,
+    })
+}
+
+/// The position multiplier of linear scaling, or YaRN's parameters.
+fn rope_scaling(file: &GgufFile) -> Result<(f32, Option<Yarn>)> {
     let meta = file.metadata();
     let kind = meta.opt_str(&Kv::RopeScalingType)?.unwrap_or("none");
     let factor = match meta.opt_f32(&Kv::RopeScalingFactor)? {
         Some(f) => f,
         None => meta.opt_f32(&Kv::RopeScaleLinear)?.unwrap_or(1.0),
     };
-    match kind {
-        "none" => Ok(1.0),
-        "linear" if factor > 0.0 => Ok(1.0 / factor),
-        "linear" => Err(bad(
+    if kind != "none" && !(factor > 0.0) {
+        return Err(bad(
             file,
             Kv::RopeScalingFactor,
             format!("{factor} is not positive"),
-        )),
+        ));
+    }
+    match kind {
+        "none" => Ok((1.0, None)),
+        "linear" => Ok((1.0 / factor, None)),
+        "yarn" => {
+            let original_context = match meta.opt_u32(&Kv::RopeScalingOrigCtxLen)? {
+                Some(n) if n > 0 => n,
+                _ => file.get_u32(&Kv::ContextLength)?,
+            };
+            if meta
+                .opt_f32(&Kv::RopeScalingYarnLogMul)?
+                .is_some_and(|m| m != 0.0)
+            {
+                return Err(Error::UnsupportedRopeScaling {
+                    kind: "yarn with yarn_log_multiplier".into(),
+                });
+            }
+            Ok((
+                1.0,
+                Some(Yarn {
+                    factor,
+                    original_context,
+                    beta_fast: meta.opt_f32(&Kv::RopeScalingYarnBetaFast)?.unwrap_or(32.0),
+                    beta_slow: meta.opt_f32(&Kv::RopeScalingYarnBetaSlow)?.unwrap_or(1.0),
+                    attn_factor: meta.opt_f32(&Kv::RopeScalingAttnFactor)?.unwrap_or(1.0),
+                }),
+            ))
+        }
         other => Err(Error::UnsupportedRopeScaling {
             kind: other.to_owned(),
         }),

@@ -37,7 +37,11 @@ pub fn fetch() -> Result<PathBuf> {
     let fail = |reason: String| Error::DefaultModel { reason };
     let dir = target.parent().unwrap_or(Path::new(".")).to_owned();
     std::fs::create_dir_all(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-    let work = dir.join(format!(".download-{}", std::process::id()));
+    // A private work dir: several threads or processes may fetch at once; the last rename
+    // wins, with identical bytes.
+    static FETCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = FETCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let work = dir.join(format!(".download-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(|e| fail(format!("{}: {e}", work.display())))?;
     let cleanup = |r: Result<PathBuf>| {
         let _ = std::fs::remove_dir_all(&work);
@@ -87,7 +91,9 @@ pub fn fetch() -> Result<PathBuf> {
         }
     }
     if let Err(e) = std::fs::rename(&partial, &target) {
-        return cleanup(Err(fail(format!("{}: {e}", target.display()))));
+        if !target.is_file() {
+            return cleanup(Err(fail(format!("{}: {e}", target.display()))));
+        }
     }
     cleanup(Ok(target))
 }

@@ -1,6 +1,6 @@
 use gmlx_mlx::Array;
 
-use crate::blocks::decoder::{Decoder, Logits};
+use crate::blocks::decoder::{Decoder, DecoderLayer, Logits};
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
 use crate::error::Result;
@@ -19,6 +19,15 @@ impl Model {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The decoder blocks (their linear layers carry the adapters).
+    pub fn layers(&self) -> &[DecoderLayer] {
+        &self.decoder.layers
+    }
+
+    pub fn layers_mut(&mut self) -> &mut [DecoderLayer] {
+        &mut self.decoder.layers
     }
 
     /// One empty KV cache per layer.

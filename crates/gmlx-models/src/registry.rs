@@ -15,11 +15,28 @@ pub struct ArchSpec {
     pub build: fn(&GgufFile, Dtype) -> Result<Model>,
 }
 
-pub static ARCHES: &[ArchSpec] = &[ArchSpec {
-    name: "llama",
-    synth: arch::llama::synth,
-    build: arch::llama::build,
-}];
+pub static ARCHES: &[ArchSpec] = &[
+    ArchSpec {
+        name: "llama",
+        synth: arch::llama::synth,
+        build: arch::llama::build,
+    },
+    ArchSpec {
+        name: "qwen3",
+        synth: arch::qwen3::synth,
+        build: arch::qwen3::build,
+    },
+    ArchSpec {
+        name: "gpt-oss",
+        synth: arch::gpt_oss::synth,
+        build: arch::gpt_oss::build,
+    },
+    ArchSpec {
+        name: "qwen3moe",
+        synth: arch::qwen3moe::synth,
+        build: arch::qwen3moe::build,
+    },
+];
 
 /// The row for `name`, or an error listing what is supported.
 pub fn lookup(name: &str) -> Result<&'static ArchSpec> {

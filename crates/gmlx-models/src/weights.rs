@@ -28,6 +28,40 @@ impl Weights<'_> {
         Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?)
     }
 
+    /// A stack of `experts` matrices `[rows, cols]` (GGUF dims `[cols, rows, experts]`).
+    pub fn experts(&self, name: &str, experts: i32, rows: i32, cols: i32) -> Result<QuantWeight> {
+        let info = self.file.tensor(name).map_err(|_| Error::MissingTensor {
+            name: name.to_owned(),
+        })?;
+        let expected = vec![cols as u64, rows as u64, experts as u64];
+        if info.dims != expected {
+            return Err(Error::TensorShape {
+                name: name.to_owned(),
+                found: info.dims.clone(),
+                expected,
+            });
+        }
+        Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?)
+    }
+
+    /// A dense array of the given GGUF dims (biases, sinks), in the activation dtype, with
+    /// the row-major shape (dims reversed).
+    pub fn array(&self, name: &str, dims: &[u64]) -> Result<gmlx_mlx::Array> {
+        let info = self.file.tensor(name).map_err(|_| Error::MissingTensor {
+            name: name.to_owned(),
+        })?;
+        if info.dims != dims {
+            return Err(Error::TensorShape {
+                name: name.to_owned(),
+                found: info.dims.clone(),
+                expected: dims.to_vec(),
+            });
+        }
+        let values = self.file.dequantize(name)?;
+        let shape: Vec<i32> = dims.iter().rev().map(|&d| d as i32).collect();
+        Ok(gmlx_mlx::Array::from_slice(&values, &shape).as_dtype(self.dtype)?)
+    }
+
     /// Like [`Weights::matrix`], `None` when the file has no such tensor.
     pub fn optional_matrix(&self, name: &str, rows: i32, cols: i32) -> Result<Option<QuantWeight>> {
         if self.file.has_tensor(name) {

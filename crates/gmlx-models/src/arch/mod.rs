@@ -1,2 +1,5 @@
 //! One file per `general.architecture`: its tensor table, its config synthesis, its build.
+pub mod gpt_oss;
 pub mod llama;
+pub mod qwen3;
+pub mod qwen3moe;

@@ -1,5 +1,8 @@
 use gmlx_mlx::fast::{self, ScaledDotProductAttentionMask};
-use gmlx_mlx::{Array, QuantWeight};
+use gmlx_mlx::Array;
+
+use crate::blocks::linear::Linear;
+use crate::blocks::norm::RmsNorm;
 
 use crate::blocks::rope::Rope;
 use crate::cache::KvCache;
@@ -8,14 +11,34 @@ use crate::error::Result;
 /// Grouped-query self-attention with rotary positions.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    pub attn_q: QuantWeight,
-    pub attn_k: QuantWeight,
-    pub attn_v: QuantWeight,
-    pub attn_output: QuantWeight,
+    pub attn_q: Linear,
+    pub attn_k: Linear,
+    pub attn_v: Linear,
+    pub attn_output: Linear,
+    /// Per-head RMSNorm of queries and keys before rotation (Qwen3).
+    pub attn_q_norm: Option<RmsNorm>,
+    pub attn_k_norm: Option<RmsNorm>,
     pub n_heads: i32,
     pub n_kv_heads: i32,
     pub head_dim: i32,
     pub rope: Rope,
+    /// Per-head attention sink logits (gpt-oss): an extra softmax term with no value.
+    pub sinks: Option<Array>,
+    /// Sliding window: a query sees only the last `window` positions, itself included.
+    pub window: Option<i32>,
+}
+
+/// `[queries, keys]` visibility for `queries` new tokens after `offset` cached ones, causal
+/// and limited to the last `window` positions.
+fn window_mask(queries: i32, offset: i32, window: i32) -> Array {
+    let keys = offset + queries;
+    let visible: Vec<bool> = (0..queries)
+        .flat_map(|i| {
+            let q = offset + i;
+            (0..keys).map(move |k| k <= q && q - k < window)
+        })
+        .collect();
+    Array::from_slice(&visible, &[queries, keys])
 }
 
 impl Attention {
@@ -23,8 +46,8 @@ impl Attention {
     pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
         let shape = x.shape();
         let (batch, tokens) = (shape[0], shape[1]);
-        let heads = |w: &QuantWeight, n: i32| -> Result<Array> {
-            Ok(w.matmul(x)?
+        let heads = |w: &Linear, n: i32| -> Result<Array> {
+            Ok(w.forward(x)?
                 .reshape(&[batch, tokens, n, self.head_dim])?
                 .transpose_axes(&[0, 2, 1, 3])?)
         };
@@ -40,13 +63,21 @@ impl Attention {
         let scale = 1.0 / (self.head_dim as f32).sqrt();
         // The causal mask of MLX's kernel is aligned to the last key, so a chunk that follows
         // cached tokens sees all of them; one query token needs no mask at all.
-        let mask = (tokens > 1).then_some(ScaledDotProductAttentionMask::Causal);
-        let out = fast::scaled_dot_product_attention(&q, &keys, &values, scale, mask, None)?;
+        let windowed = self
+            .window
+            .filter(|&w| offset + tokens > w)
+            .map(|w| window_mask(tokens, offset, w));
+        let mask = match &windowed {
+            Some(m) => Some(ScaledDotProductAttentionMask::Array(m)),
+            None => (tokens > 1).then_some(ScaledDotProductAttentionMask::Causal),
+        };
+        let sinks = self.sinks.as_ref();
+        let out = fast::scaled_dot_product_attention(&q, &keys, &values, scale, mask, sinks)?;
         let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
             batch,
             tokens,
             self.n_heads * self.head_dim,
         ])?;
-        Ok(self.attn_output.matmul(&out)?)
+        self.attn_output.forward(&out)
     }
 }

@@ -3,24 +3,68 @@
 use gmlx_mlx::{Array, Dtype, QuantWeight};
 
 use crate::blocks::attention::Attention;
+use crate::blocks::linear::Linear;
 use crate::blocks::mlp::SwiGlu;
+use crate::blocks::moe::MoeFfn;
 use crate::blocks::norm::RmsNorm;
 use crate::cache::KvCache;
 use crate::error::Result;
 
-/// One block: `h = x + attn(norm(x)); out = h + mlp(norm(h))`.
+/// The feed-forward half of a block.
+#[derive(Debug, Clone)]
+pub enum Ffn {
+    Dense(SwiGlu),
+    Moe(MoeFfn),
+}
+
+impl Ffn {
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        match self {
+            Ffn::Dense(mlp) => mlp.forward(x),
+            Ffn::Moe(moe) => moe.forward(x),
+        }
+    }
+}
+
+/// One block: `h = x + attn(norm(x)); out = h + ffn(norm(h))`.
 #[derive(Debug, Clone)]
 pub struct DecoderLayer {
     pub attn_norm: RmsNorm,
     pub attention: Attention,
     pub ffn_norm: RmsNorm,
-    pub mlp: SwiGlu,
+    pub ffn: Ffn,
 }
 
 impl DecoderLayer {
+    /// The layer's linear layers that adapters can target: attention projections, and the
+    /// MLP projections of a dense layer (GGUF tensor order).
+    pub fn linears(&self) -> Vec<&Linear> {
+        let a = &self.attention;
+        let mut out = vec![&a.attn_q, &a.attn_k, &a.attn_v, &a.attn_output];
+        if let Ffn::Dense(m) = &self.ffn {
+            out.extend([&m.ffn_gate, &m.ffn_up, &m.ffn_down]);
+        }
+        out
+    }
+
+    /// Mutable access to the same layers (installing adapters).
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let a = &mut self.attention;
+        let mut out = vec![
+            &mut a.attn_q,
+            &mut a.attn_k,
+            &mut a.attn_v,
+            &mut a.attn_output,
+        ];
+        if let Ffn::Dense(m) = &mut self.ffn {
+            out.extend([&mut m.ffn_gate, &mut m.ffn_up, &mut m.ffn_down]);
+        }
+        out
+    }
+
     pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
         let h = x.add(&self.attention.forward(&self.attn_norm.forward(x)?, cache)?)?;
-        Ok(h.add(&self.mlp.forward(&self.ffn_norm.forward(&h)?)?)?)
+        Ok(h.add(&self.ffn.forward(&self.ffn_norm.forward(&h)?)?)?)
     }
 }
 
@@ -67,16 +111,24 @@ impl Decoder {
         for l in &self.layers {
             out.push(&l.attn_norm.weight);
             out.push(&l.ffn_norm.weight);
-            for w in [
-                &l.attention.attn_q,
-                &l.attention.attn_k,
-                &l.attention.attn_v,
-                &l.attention.attn_output,
-                &l.mlp.ffn_gate,
-                &l.mlp.ffn_up,
-                &l.mlp.ffn_down,
-            ] {
+            for norm in [&l.attention.attn_q_norm, &l.attention.attn_k_norm]
+                .into_iter()
+                .flatten()
+            {
+                out.push(&norm.weight);
+            }
+            for w in l.linears() {
                 out.extend(w.arrays());
+            }
+            if let Ffn::Moe(moe) = &l.ffn {
+                out.extend(moe.router.ffn_gate_inp.arrays());
+                out.extend(moe.router.selection_bias.as_ref());
+                out.extend(moe.experts.arrays());
+                if let Some(shared) = &moe.shared {
+                    for w in [&shared.ffn_gate, &shared.ffn_up, &shared.ffn_down] {
+                        out.extend(w.arrays());
+                    }
+                }
             }
         }
         out.push(&self.output_norm.weight);

@@ -1,20 +1,22 @@
-use gmlx_mlx::{ops, Array, QuantWeight};
+use gmlx_mlx::{ops, Array};
+
+use crate::blocks::linear::Linear;
 
 use crate::error::Result;
 
 /// `down(silu(gate(x)) * up(x))`.
 #[derive(Debug, Clone)]
 pub struct SwiGlu {
-    pub ffn_gate: QuantWeight,
-    pub ffn_up: QuantWeight,
-    pub ffn_down: QuantWeight,
+    pub ffn_gate: Linear,
+    pub ffn_up: Linear,
+    pub ffn_down: Linear,
 }
 
 impl SwiGlu {
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let gate = self.ffn_gate.matmul(x)?;
-        let up = self.ffn_up.matmul(x)?;
+        let gate = self.ffn_gate.forward(x)?;
+        let up = self.ffn_up.forward(x)?;
         let hidden = gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?;
-        Ok(self.ffn_down.matmul(&hidden)?)
+        Ok(self.ffn_down.forward(&hidden)?)
     }
 }

@@ -1,6 +1,6 @@
 use gmlx_mlx::{fast, Array};
 
-use crate::config::RopeConfig;
+use crate::config::{RopeConfig, Yarn};
 use crate::error::Result;
 
 /// Rotary position embedding over `[batch, heads, tokens, head_dim]`.
@@ -10,27 +10,37 @@ pub struct Rope {
     base: f32,
     traditional: bool,
     position_scale: f32,
-    /// With frequency factors: `base^(2i/dims) * factor[i]`, MLX's per-pair period.
+    /// With frequency factors or YaRN: the period of each rotating pair (MLX's `freqs`).
     periods: Option<Array>,
+    /// YaRN's magnitude correction of the rotated values (1 otherwise).
+    mscale: f32,
 }
 
 impl Rope {
     pub fn new(config: &RopeConfig) -> Rope {
-        let periods = config.freq_factors.as_ref().map(|factors| {
-            let half = factors.len();
-            let values: Vec<f32> = factors
-                .iter()
-                .enumerate()
-                .map(|(i, f)| config.base.powf(2.0 * i as f32 / config.dims as f32) * f)
+        let half = (config.dims / 2) as usize;
+        let base_period = |i: usize| config.base.powf(2.0 * i as f32 / config.dims as f32);
+        let yarn_multiplier = config.yarn.map(|y| yarn_multipliers(config, &y));
+        let periods = (config.freq_factors.is_some() || yarn_multiplier.is_some()).then(|| {
+            let values: Vec<f32> = (0..half)
+                .map(|i| {
+                    let factor = config.freq_factors.as_ref().map_or(1.0, |f| f[i]);
+                    let multiplier = yarn_multiplier.as_ref().map_or(1.0, |m| m[i]);
+                    base_period(i) * factor / multiplier
+                })
                 .collect();
             Array::from_slice(&values, &[half as i32])
         });
+        let mscale = config
+            .yarn
+            .map_or(1.0, |y| y.attn_factor * (1.0 + 0.1 * y.factor.ln()));
         Rope {
             dims: config.dims,
             base: config.base,
             traditional: config.traditional,
             position_scale: config.position_scale,
             periods,
+            mscale,
         }
     }
 
@@ -41,7 +51,7 @@ impl Rope {
         } else {
             Some(self.base)
         };
-        Ok(fast::rope(
+        let y = fast::rope(
             x,
             self.dims,
             self.traditional,
@@ -49,6 +59,32 @@ impl Rope {
             self.position_scale,
             offset,
             self.periods.as_ref(),
-        )?)
+        )?;
+        if self.mscale == 1.0 {
+            Ok(y)
+        } else {
+            Ok(y.multiply(Array::from_f32(self.mscale))?)
+        }
     }
+}
+
+/// YaRN's per-pair frequency multiplier: `freq_scale` (= 1 / factor) for the low frequencies,
+/// 1 for the high ones, a linear ramp between the correction dimensions (llama.cpp's
+/// `ggml_rope_yarn_corr_dims` and `rope_yarn_ramp`, with `ext_factor` 1).
+fn yarn_multipliers(config: &RopeConfig, yarn: &Yarn) -> Vec<f32> {
+    let dims = config.dims as f32;
+    let corr_dim = |rotations: f32| {
+        dims * (yarn.original_context as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln()
+            / (2.0 * config.base.ln())
+    };
+    let low = corr_dim(yarn.beta_fast).floor().max(0.0);
+    let high = corr_dim(yarn.beta_slow).ceil().min(dims - 1.0);
+    let freq_scale = 1.0 / yarn.factor;
+    (0..config.dims / 2)
+        .map(|i| {
+            let y = (i as f32 - low) / (high - low).max(0.001);
+            let ramp = 1.0 - y.clamp(0.0, 1.0);
+            freq_scale * (1.0 - ramp) + ramp
+        })
+        .collect()
 }

@@ -1,0 +1,168 @@
+//! Mixture of experts: a router picks `top_k` experts per token; the selected experts' gated
+//! MLPs run through MLX's gather matmul on the quantized stacks (only the selected experts
+//! are touched), and their outputs are summed with the router's weights.
+use gmlx_mlx::{ops, Array, QuantWeight};
+
+use crate::blocks::linear::Linear;
+use crate::blocks::mlp::SwiGlu;
+use crate::error::Result;
+
+/// How router logits become expert scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts, then pick the top k.
+    Softmax,
+    /// Sigmoid of each logit.
+    Sigmoid,
+    /// Pick the top k logits, then softmax over those k only (gpt-oss).
+    SoftmaxSelected,
+}
+
+/// The router of one MoE layer.
+#[derive(Debug, Clone)]
+pub struct Router {
+    /// `[experts, hidden]`, with an optional bias.
+    pub ffn_gate_inp: Linear,
+    pub gating: Gating,
+    /// Added to the scores for selection only (DeepSeek-V3 style `exp_probs_b`).
+    pub selection_bias: Option<Array>,
+    pub top_k: i32,
+    /// Divide the selected weights by their sum.
+    pub normalize: bool,
+    /// Multiply the weights (1: off).
+    pub scale: f32,
+}
+
+impl Router {
+    /// `x [n, hidden]` to `(indices [n, k] u32, weights [n, k])`.
+    pub fn route(&self, x: &Array) -> Result<(Array, Array)> {
+        let logits = self.ffn_gate_inp.forward(x)?;
+        let scores = match self.gating {
+            Gating::Softmax => ops::softmax_axis(&logits, -1, true)?,
+            Gating::Sigmoid => ops::sigmoid(&logits)?,
+            Gating::SoftmaxSelected => logits,
+        };
+        let selection = match &self.selection_bias {
+            Some(bias) => scores.add(bias)?,
+            None => scores.clone(),
+        };
+        let experts = selection.shape()[1];
+        let k = self.top_k;
+        // the k largest: partition the negated scores at k - 1, keep the first k
+        let order = ops::argpartition_axis(&selection.negative()?, k - 1, -1)?;
+        let indices = gmlx_mlx::slicing::slice(&order, &[0, 0], &[order.shape()[0], k])?;
+        debug_assert!(k <= experts);
+        let mut weights = scores.take_along_axis(&indices, -1)?;
+        if self.gating == Gating::SoftmaxSelected {
+            weights = ops::softmax_axis(&weights, -1, true)?;
+        }
+        if self.normalize {
+            let sum = weights.sum_axis(-1, true)?;
+            let sum = ops::maximum(&sum, Array::from_f32(6.103_515_6e-5))?;
+            weights = weights.divide(&sum)?;
+        }
+        if self.scale != 1.0 && self.scale != 0.0 {
+            weights = weights.multiply(Array::from_f32(self.scale))?;
+        }
+        Ok((indices.as_dtype(gmlx_mlx::Dtype::Uint32)?, weights))
+    }
+}
+
+/// The activation of the experts' gated MLP.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ExpertActivation {
+    /// `silu(gate) * up`.
+    SwiGlu,
+    /// gpt-oss: `gate' = min(gate, limit)`, `up' = clamp(up, -limit, limit)`,
+    /// `gate' * sigmoid(alpha * gate') * (up' + 1)`.
+    SwiGluOai { alpha: f32, limit: f32 },
+}
+
+/// The experts of one layer: stacks `[experts, out, in]` with optional per-expert biases.
+#[derive(Debug, Clone)]
+pub struct Experts {
+    pub ffn_gate_exps: QuantWeight,
+    pub ffn_up_exps: QuantWeight,
+    pub ffn_down_exps: QuantWeight,
+    /// `[experts, ffn]`, `[experts, ffn]`, `[experts, hidden]`.
+    pub ffn_gate_exps_b: Option<Array>,
+    pub ffn_up_exps_b: Option<Array>,
+    pub ffn_down_exps_b: Option<Array>,
+    pub activation: ExpertActivation,
+}
+
+fn add_expert_bias(y: Array, bias: &Option<Array>, indices: &Array) -> Result<Array> {
+    match bias {
+        // bias rows [n, k, out] -> [n, k, 1, out]
+        Some(b) => Ok(y.add(b.take_axis(indices, 0)?.expand_dims(-2)?)?),
+        None => Ok(y),
+    }
+}
+
+impl Experts {
+    /// `x [n, hidden]`, `indices [n, k]` to per-expert outputs `[n, k, hidden]`.
+    pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
+        let x = x.expand_dims_axes(&[-2, -3])?; // [n, 1, 1, hidden]
+        let gate = self.ffn_gate_exps.gather_matmul(&x, indices)?; // [n, k, 1, ffn]
+        let gate = add_expert_bias(gate, &self.ffn_gate_exps_b, indices)?;
+        let up = self.ffn_up_exps.gather_matmul(&x, indices)?;
+        let up = add_expert_bias(up, &self.ffn_up_exps_b, indices)?;
+        let hidden = match self.activation {
+            ExpertActivation::SwiGlu => gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?,
+            ExpertActivation::SwiGluOai { alpha, limit } => {
+                let gate = ops::minimum(&gate, Array::from_f32(limit))?;
+                let up = ops::minimum(
+                    ops::maximum(&up, Array::from_f32(-limit))?,
+                    Array::from_f32(limit),
+                )?;
+                let glu = gate.multiply(ops::sigmoid(gate.multiply(Array::from_f32(alpha))?)?)?;
+                glu.multiply(up.add(Array::from_f32(1.0))?)?
+            }
+        };
+        let out = self.ffn_down_exps.gather_matmul(&hidden, indices)?; // [n, k, 1, hidden]
+        let out = add_expert_bias(out, &self.ffn_down_exps_b, indices)?;
+        Ok(out.squeeze_axes(&[-2])?)
+    }
+
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = Vec::new();
+        for w in [&self.ffn_gate_exps, &self.ffn_up_exps, &self.ffn_down_exps] {
+            out.extend(w.arrays());
+        }
+        out.extend(
+            [
+                &self.ffn_gate_exps_b,
+                &self.ffn_up_exps_b,
+                &self.ffn_down_exps_b,
+            ]
+            .into_iter()
+            .flatten(),
+        );
+        out
+    }
+}
+
+/// A routed MoE feed-forward with optional shared experts.
+#[derive(Debug, Clone)]
+pub struct MoeFfn {
+    pub router: Router,
+    pub experts: Experts,
+    /// An always-on dense expert (Qwen2-MoE / DeepSeek style).
+    pub shared: Option<SwiGlu>,
+}
+
+impl MoeFfn {
+    /// `x [batch, tokens, hidden]`.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let shape = x.shape().to_vec();
+        let flat = x.reshape(&[-1, shape[2]])?;
+        let (indices, weights) = self.router.route(&flat)?;
+        let per_expert = self.experts.forward(&flat, &indices)?; // [n, k, hidden]
+        let weights = weights.as_dtype(per_expert.dtype())?.expand_dims(-1)?;
+        let mut out = per_expert.multiply(&weights)?.sum_axis(1, false)?;
+        if let Some(shared) = &self.shared {
+            out = out.add(shared.forward(&flat)?)?;
+        }
+        Ok(out.reshape(&shape)?)
+    }
+}
