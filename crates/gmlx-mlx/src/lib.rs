@@ -15,6 +15,7 @@
 //! # Ok::<(), gmlx_mlx::Error>(())
 //! ```
 pub mod blas;
+pub mod checkpoint;
 pub mod device;
 mod error;
 pub mod memory;
