@@ -160,50 +160,142 @@ pub(crate) fn lookup(model: &str, pre: &str) -> Result<PreConfig> {
         })
 }
 
-/// Compiled regexes of one pre-tokenizer.
+/// One compiled split regex.
 #[derive(Debug)]
-pub(crate) struct PreTokenizer {
-    regexes: Vec<Regex>,
+enum Splitter {
+    /// Any regex, on fancy-regex's backtracking engine (lookarounds).
+    Fancy(Regex),
+    /// A regex of the form `A|\s+(?!\S)` or `A|\s+(?!\S)|\s+` with no lookaround in
+    /// `A`, run as `(?:A)|(\s+)` on the `regex` crate's automata, with the lookahead
+    /// applied afterwards: a whitespace run matched by the last group and followed by
+    /// non-whitespace gives back its last character (or, if it is a single character and
+    /// there is no plain `\s+` alternative, does not match there at all).
+    Fast {
+        /// `(?:A)|\s+`.
+        re: regex::Regex,
+        /// `^(?:A)`: tells whether a whitespace match came from `A` or from `\s+`.
+        a_anchored: regex::Regex,
+        trailing_plain: bool,
+    },
 }
 
-impl PreTokenizer {
-    pub(crate) fn new(config: &PreConfig) -> Result<PreTokenizer> {
-        let regexes = config
-            .regexes
-            .iter()
-            .map(|r| {
-                Regex::new(r).map_err(|e| Error::Build {
-                    part: "pre-tokenizer regex",
-                    reason: format!("{r}: {e}"),
-                })
+const LOOKAHEAD_WS: &str = r"|\s+(?!\S)";
+
+impl Splitter {
+    fn new(pattern: &str) -> Result<Splitter> {
+        let fast = pattern
+            .strip_suffix(r"|\s+")
+            .and_then(|p| p.strip_suffix(LOOKAHEAD_WS))
+            .map(|a| (a, true))
+            .or_else(|| pattern.strip_suffix(LOOKAHEAD_WS).map(|a| (a, false)))
+            .filter(|(a, _)| !a.contains("(?=") && !a.contains("(?!") && !a.contains("(?<"));
+        if let Some((a, trailing_plain)) = fast {
+            let re = regex::Regex::new(&format!(r"(?:{a})|\s+"));
+            let a_anchored = regex::Regex::new(&format!(r"^(?:{a})"));
+            if let (Ok(re), Ok(a_anchored)) = (re, a_anchored) {
+                return Ok(Splitter::Fast {
+                    re,
+                    a_anchored,
+                    trailing_plain,
+                });
+            }
+        }
+        Regex::new(pattern)
+            .map(Splitter::Fancy)
+            .map_err(|e| Error::Build {
+                part: "pre-tokenizer regex",
+                reason: format!("{pattern}: {e}"),
             })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(PreTokenizer { regexes })
     }
 
-    /// Splits `text` into pieces (byte ranges), applying each regex to the pieces of the
-    /// previous one and keeping both matches and the text between them.
-    pub(crate) fn split<'t>(&self, text: &'t str) -> Result<Vec<&'t str>> {
-        let mut pieces = vec![text];
-        for re in &self.regexes {
-            let mut next = Vec::with_capacity(pieces.len() * 2);
-            for piece in pieces {
-                let mut last = 0;
+    /// Appends the pieces of `piece` (matches and the text between them) to `out`.
+    fn split_into<'t>(&self, piece: &'t str, out: &mut Vec<&'t str>) -> Result<()> {
+        let mut last = 0;
+        let mut push = |start: usize, end: usize, last: &mut usize| {
+            if start > *last {
+                out.push(&piece[*last..start]);
+            }
+            if end > start {
+                out.push(&piece[start..end]);
+            }
+            *last = end;
+        };
+        match self {
+            Splitter::Fancy(re) => {
                 for m in re.find_iter(piece) {
                     let m = m.map_err(|e| Error::Encode {
                         reason: format!("pre-tokenizer regex failed: {e}"),
                     })?;
-                    if m.start() > last {
-                        next.push(&piece[last..m.start()]);
-                    }
-                    if m.end() > m.start() {
-                        next.push(m.as_str());
-                    }
-                    last = m.end();
+                    push(m.start(), m.end(), &mut last);
                 }
-                if last < piece.len() {
-                    next.push(&piece[last..]);
+            }
+            Splitter::Fast {
+                re,
+                a_anchored,
+                trailing_plain,
+            } => {
+                let mut pos = 0;
+                while pos < piece.len() {
+                    let Some(m) = re.find_at(piece, pos) else {
+                        break;
+                    };
+                    let (start, mut end) = (m.start(), m.end());
+                    let from_fallback = end < piece.len()
+                        && m.as_str().chars().all(char::is_whitespace)
+                        && !a_anchored.is_match(&piece[start..]);
+                    if from_fallback {
+                        // The run is followed by non-whitespace.
+                        let run = &piece[start..end];
+                        match run.char_indices().last() {
+                            Some((i, _)) if i > 0 => end = start + i,
+                            _ if *trailing_plain => {}
+                            _ => {
+                                // `\s+(?!\S)` fails here: no match at this position.
+                                pos = start + run.chars().next().map_or(1, char::len_utf8);
+                                continue;
+                            }
+                        }
+                    }
+                    push(start, end, &mut last);
+                    pos = if end > start {
+                        end
+                    } else {
+                        end + piece[end..].chars().next().map_or(1, char::len_utf8)
+                    };
                 }
+            }
+        }
+        if last < piece.len() {
+            out.push(&piece[last..]);
+        }
+        Ok(())
+    }
+}
+
+/// Compiled regexes of one pre-tokenizer.
+#[derive(Debug)]
+pub(crate) struct PreTokenizer {
+    splitters: Vec<Splitter>,
+}
+
+impl PreTokenizer {
+    pub(crate) fn new(config: &PreConfig) -> Result<PreTokenizer> {
+        let splitters = config
+            .regexes
+            .iter()
+            .map(|r| Splitter::new(r))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PreTokenizer { splitters })
+    }
+
+    /// Splits `text` into pieces, applying each regex to the pieces of the previous one
+    /// and keeping both matches and the text between them.
+    pub(crate) fn split<'t>(&self, text: &'t str) -> Result<Vec<&'t str>> {
+        let mut pieces = vec![text];
+        for splitter in &self.splitters {
+            let mut next = Vec::with_capacity(pieces.len() * 2);
+            for piece in pieces {
+                splitter.split_into(piece, &mut next)?;
             }
             pieces = next;
         }
@@ -229,6 +321,43 @@ mod tests {
         let p = PreTokenizer::new(&cfg(&[GPT2])).ok();
         let pieces = p.and_then(|p| p.split("Hello world's  3 x").ok());
         assert_eq!(pieces, Some(vec!["Hello", " world", "'s", " ", " 3", " x"]));
+    }
+
+    /// The automaton path splits exactly like the backtracking one.
+    #[test]
+    fn fast_split_matches_fancy_regex() {
+        let texts = [
+            "Hello world's  3 x",
+            "  \n  x\t\t y   \n\n\n z  ",
+            " ",
+            "a \u{3000}\u{3000}b\u{a0} c \r\n\r\n  d",
+            "x  ",
+            "\t\tfoo(bar)  {  }\n    return 1;\n",
+            "123456 7 89  ,,, !? ¿qué? 🦙🦙  ok",
+            "it's  I'LL  we'Ve\n\n\n\n  done",
+        ];
+        let mut fast_patterns = 0;
+        for (name, config) in PRE_TOKENIZERS {
+            for pattern in config.regexes {
+                let Ok(Splitter::Fast { .. }) = Splitter::new(pattern) else {
+                    continue;
+                };
+                fast_patterns += 1;
+                let fancy =
+                    Splitter::Fancy(Regex::new(pattern).ok().unwrap_or_else(|| panic!("{name}")));
+                let fast = Splitter::new(pattern)
+                    .ok()
+                    .unwrap_or_else(|| panic!("{name}"));
+                for text in texts {
+                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    assert!(fancy.split_into(text, &mut a).is_ok());
+                    assert!(fast.split_into(text, &mut b).is_ok());
+                    assert_eq!(a, b, "{name}: {text:?}");
+                }
+            }
+        }
+        // GPT-2's, Llama 3's, Qwen 2's, Qwen 3.5's and DeepSeek V3's regexes take this path.
+        assert!(fast_patterns >= 30, "{fast_patterns}");
     }
 
     #[test]
