@@ -6,6 +6,7 @@
 //! - `bench mlx`: MLX CPU matmul GFLOP/s with the BLAS in use next to the wheel's reference BLAS.
 mod bench;
 mod cache;
+mod fixtures;
 mod setup;
 
 use anyhow::{bail, Result};
@@ -20,8 +21,11 @@ fn main() -> Result<()> {
         "test" => test(rest),
         "lint" => lint(),
         "bench" => bench::run(rest),
+        "fixtures" => fixtures::run(rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <setup | test [cargo test args] | lint | bench mlx>");
+            println!(
+                "usage: cargo xtask <setup | test [ARGS] | lint | bench mlx | fixtures [ARCH...]>"
+            );
             Ok(())
         }
         other => bail!("unknown xtask verb {other:?} (try `cargo xtask help`)"),
