@@ -92,14 +92,6 @@ pub enum Error {
         /// The engine's message.
         reason: String,
     },
-    /// A render argument (messages, tools, kwargs) is not valid JSON-like input.
-    #[error("invalid chat template input `{field}`: {reason}")]
-    TemplateInput {
-        /// Which input: messages, tools, documents or a kwarg name.
-        field: String,
-        /// What is wrong.
-        reason: String,
-    },
 }
 
 /// `Result` with this crate's [`Error`].

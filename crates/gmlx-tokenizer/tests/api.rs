@@ -263,3 +263,28 @@ fn named_chat_templates_are_read() {
         "{debug}"
     );
 }
+
+#[test]
+fn every_llama_cpp_vocab_loads_or_is_named_unsupported() {
+    let models = util::llama_cpp_dir().join("models");
+    let mut loaded = 0;
+    for entry in std::fs::read_dir(&models).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.starts_with("ggml-vocab-") && name.ends_with(".gguf")) {
+            continue;
+        }
+        match Tokenizer::from_gguf_path(&path) {
+            Ok(tok) => {
+                loaded += 1;
+                let ids = tok.encode("Hello, world! 123", true, true).unwrap();
+                assert!(!ids.is_empty(), "{name}");
+            }
+            Err(Error::UnsupportedModel { model }) => {
+                assert!(["bert", "t5"].contains(&model.as_str()), "{name}: {model}")
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+    assert!(loaded >= 17, "{loaded}");
+}
