@@ -33,11 +33,15 @@ fn mlx(extra: &[String]) -> Result<()> {
 }
 
 fn save(name: &str, json: &str) -> Result<()> {
-    let date = std::process::Command::new("date").arg("+%Y-%m-%d").output()?;
+    let date = std::process::Command::new("date")
+        .arg("+%Y-%m-%d")
+        .output()?;
     let date = String::from_utf8_lossy(&date.stdout).trim().to_owned();
     let host = fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dir = root.join("bench/runs").join(format!("{date}-{}", host.trim()));
+    let dir = root
+        .join("bench/runs")
+        .join(format!("{date}-{}", host.trim()));
     fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{name}.json"));
     fs::write(&path, format!("{json}\n"))?;

@@ -6,6 +6,7 @@
 //! - `bench mlx`: MLX CPU matmul GFLOP/s with the BLAS in use next to the wheel's reference BLAS.
 mod bench;
 mod cache;
+mod certify;
 mod fixtures;
 mod setup;
 
@@ -22,9 +23,10 @@ fn main() -> Result<()> {
         "lint" => lint(),
         "bench" => bench::run(rest),
         "fixtures" => fixtures::run(rest),
+        "certify" => certify::run(),
         "help" | "--help" | "-h" => {
             println!(
-                "usage: cargo xtask <setup | test [ARGS] | lint | bench mlx | fixtures [ARCH...]>"
+                "usage: cargo xtask <setup | test [ARGS] | lint | bench mlx | fixtures [ARCH...] | certify>"
             );
             Ok(())
         }
@@ -42,7 +44,14 @@ fn test(args: &[String]) -> Result<()> {
 
 fn lint() -> Result<()> {
     run_command(cargo().args(["fmt", "--all", "--check"]))?;
-    run_command(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))
+    run_command(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))
 }
 
 pub(crate) fn cargo() -> Command {

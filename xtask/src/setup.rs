@@ -59,13 +59,18 @@ fn python_env(cache: &Path) -> Result<PathBuf> {
         return Ok(python);
     }
     if !python.is_file() {
-        eprintln!("xtask: creating the Python reference environment in {}", venv.display());
+        eprintln!(
+            "xtask: creating the Python reference environment in {}",
+            venv.display()
+        );
         run_command(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
     }
     eprintln!("xtask: installing {}", requirements.display());
-    run_command(Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "-r"])
-        .arg(&requirements))?;
+    run_command(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "-r"])
+            .arg(&requirements),
+    )?;
     fs::write(&stamp, wanted)?;
     Ok(python)
 }
@@ -86,24 +91,28 @@ fn llama_cpp_sources(cache: &Path) -> Result<PathBuf> {
         format!("llama-cpp-python=={LLAMA_CPP_PYTHON} --hash=sha256:{LLAMA_CPP_PYTHON_SHA256}\n"),
     )?;
     eprintln!("xtask: downloading llama-cpp-python {LLAMA_CPP_PYTHON} (llama.cpp sources, 77 MB)");
-    run_command(Command::new("python3")
-        .args(["-m", "pip", "download", "--no-deps", "--no-binary", ":all:"])
-        .args(["--require-hashes", "-r"])
-        .arg(&req)
-        .arg("-d")
-        .arg(&work))?;
+    run_command(
+        Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--no-binary", ":all:"])
+            .args(["--require-hashes", "-r"])
+            .arg(&req)
+            .arg("-d")
+            .arg(&work),
+    )?;
     let archive = fs::read_dir(&work)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.to_string_lossy().ends_with(".tar.gz"))
         .context("pip left no sdist")?;
     let unpacked = work.join("unpacked");
     fs::create_dir_all(&unpacked)?;
-    run_command(Command::new("tar")
-        .arg("-xzf")
-        .arg(&archive)
-        .arg("-C")
-        .arg(&unpacked)
-        .arg("--strip-components=1"))?;
+    run_command(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&unpacked)
+            .arg("--strip-components=1"),
+    )?;
     if !unpacked.join("vendor/llama.cpp/models").is_dir() {
         bail!("{} has no vendor/llama.cpp/models", archive.display());
     }

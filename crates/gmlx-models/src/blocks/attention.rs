@@ -46,19 +46,19 @@ impl Attention {
     pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
         let shape = x.shape();
         let (batch, tokens) = (shape[0], shape[1]);
-        let heads = |w: &Linear, n: i32| -> Result<Array> {
-            Ok(w.forward(x)?
-                .reshape(&[batch, tokens, n, self.head_dim])?
-                .transpose_axes(&[0, 2, 1, 3])?)
+        let heads = |w: &Linear, n: i32, norm: Option<&RmsNorm>| -> Result<Array> {
+            let mut h = w.forward(x)?.reshape(&[batch, tokens, n, self.head_dim])?;
+            if let Some(norm) = norm {
+                h = norm.forward(&h)?;
+            }
+            Ok(h.transpose_axes(&[0, 2, 1, 3])?)
         };
         let offset = cache.len();
-        let q = self
-            .rope
-            .forward(&heads(&self.attn_q, self.n_heads)?, offset)?;
-        let k = self
-            .rope
-            .forward(&heads(&self.attn_k, self.n_kv_heads)?, offset)?;
-        let v = heads(&self.attn_v, self.n_kv_heads)?;
+        let q = heads(&self.attn_q, self.n_heads, self.attn_q_norm.as_ref())?;
+        let k = heads(&self.attn_k, self.n_kv_heads, self.attn_k_norm.as_ref())?;
+        let q = self.rope.forward(&q, offset)?;
+        let k = self.rope.forward(&k, offset)?;
+        let v = heads(&self.attn_v, self.n_kv_heads, None)?;
         let (keys, values) = cache.append(&k, &v)?;
         let scale = 1.0 / (self.head_dim as f32).sqrt();
         // The causal mask of MLX's kernel is aligned to the last key, so a chunk that follows
