@@ -374,11 +374,7 @@ pub fn repack_mxfp4(bytes: &[u8], dims: &[u64]) -> Result<Mxfp4Weights> {
         });
     let cols = cols as usize;
     Ok(Mxfp4Weights {
-        rows: if cols == 0 {
-            0
-        } else {
-            (n_elements as usize) / cols
-        },
+        rows: (n_elements as usize).checked_div(cols).unwrap_or(0),
         cols,
         q,
         scales,

@@ -238,7 +238,7 @@ impl QuantWeight {
     pub fn matmul(&self, x: &Array) -> Result<Array> {
         match self.view() {
             View::Packed(p) => qmm::quantized_matmul(x, p, true),
-            View::Dense(w) => Ok(x.matmul(&w.t())?),
+            View::Dense(w) => Ok(x.matmul(w.t())?),
         }
     }
 

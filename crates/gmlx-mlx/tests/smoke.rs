@@ -135,7 +135,7 @@ fn value_and_grad_matches_analytic_gradient() -> R<()> {
             .multiply(Array::from_f32(0.5))?])
     };
     let mut value_and_grad = transforms::value_and_grad(loss);
-    let (values, grads) = value_and_grad(&[w.clone()])?;
+    let (values, grads) = value_and_grad(std::slice::from_ref(&w))?;
     let expected_value = x
         .matmul(&w)?
         .square()?

@@ -49,13 +49,7 @@ impl KvCache {
         if needed > self.capacity() {
             let capacity = (needed + CHUNK_TOKENS - 1) / CHUNK_TOKENS * CHUNK_TOKENS;
             self.keys = Some(grow(self.keys.take(), &shape, capacity, self.len, k)?);
-            self.values = Some(grow(
-                self.values.take(),
-                &v.shape().to_vec(),
-                capacity,
-                self.len,
-                v,
-            )?);
+            self.values = Some(grow(self.values.take(), v.shape(), capacity, self.len, v)?);
         }
         let (Some(keys), Some(values)) = (self.keys.take(), self.values.take()) else {
             unreachable!("buffers exist after growing");

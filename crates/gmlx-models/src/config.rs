@@ -213,7 +213,7 @@ fn rope_scaling(file: &GgufFile) -> Result<(f32, Option<Yarn>)> {
         Some(f) => f,
         None => meta.opt_f32(&Kv::RopeScaleLinear)?.unwrap_or(1.0),
     };
-    if kind != "none" && !(factor > 0.0) {
+    if kind != "none" && (factor.is_nan() || factor <= 0.0) {
         return Err(bad(
             file,
             Kv::RopeScalingFactor,

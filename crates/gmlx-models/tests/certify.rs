@@ -86,8 +86,10 @@ fn certify(stem: &str) {
     let exact = &golden["exact"];
     let ours = all_logits(&loaded, &sequence);
     let d_exact = max_diff(&ours, &rows(&exact["logits"]));
-    if std::env::var_os("GMLX_DEBUG_POS").is_some() { for (p, (a, b)) in ours.iter().zip(rows(&exact["logits"])).enumerate() { eprintln!("pos {p}: {}", max_diff(&[a.clone()], &[b])); } }
-    assert!(d_exact < TOLERANCE, "{stem}: max |logit - llama.cpp exact| = {d_exact}");
+    assert!(
+        d_exact < TOLERANCE,
+        "{stem}: max |logit - llama.cpp exact| = {d_exact}"
+    );
     let want = ids(&exact["greedy"]);
     // llama.cpp's recorded greedy run does not stop at end-of-generation tokens
     let options = GenerateOptions {

@@ -108,7 +108,7 @@ pub fn build(file: &GgufFile, dtype: Dtype) -> Result<Model> {
                     window: sliding[l].then_some(window),
                 },
                 ffn_norm: w.rms_norm(&Tensor::AttnPostNorm.weight(l), h, c.rms_eps)?,
-                ffn: Ffn::Moe(MoeFfn {
+                ffn: Ffn::Moe(Box::new(MoeFfn {
                     router: Router {
                         ffn_gate_inp: linear(&w, Tensor::FfnGateInp, l, e, h)?,
                         gating: Gating::SoftmaxSelected,
@@ -136,7 +136,7 @@ pub fn build(file: &GgufFile, dtype: Dtype) -> Result<Model> {
                         },
                     },
                     shared: None,
-                }),
+                })),
             })
         })
         .collect::<Result<Vec<_>>>()?;

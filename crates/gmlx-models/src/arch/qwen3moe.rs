@@ -44,7 +44,7 @@ fn moe_ffn(w: &Weights<'_>, c: &ModelConfig, l: usize) -> Result<Ffn> {
         key: "expert_count".into(),
         reason: "missing for an MoE architecture".into(),
     })?;
-    Ok(Ffn::Moe(MoeFfn {
+    Ok(Ffn::Moe(Box::new(MoeFfn {
         router: Router {
             ffn_gate_inp: w
                 .matrix(&Tensor::FfnGateInp.weight(l), m.experts, c.hidden)?
@@ -80,5 +80,5 @@ fn moe_ffn(w: &Weights<'_>, c: &ModelConfig, l: usize) -> Result<Ffn> {
             activation: ExpertActivation::SwiGlu,
         },
         shared: None,
-    }))
+    })))
 }

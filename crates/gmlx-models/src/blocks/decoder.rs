@@ -11,10 +11,12 @@ use crate::cache::KvCache;
 use crate::error::Result;
 
 /// The feed-forward half of a block.
+// One value per layer, built once at load: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Ffn {
     Dense(SwiGlu),
-    Moe(MoeFfn),
+    Moe(Box<MoeFfn>),
 }
 
 impl Ffn {
