@@ -1,0 +1,295 @@
+//! gmlx-server over real HTTP on loopback: the openai Python client, error cases,
+//! concurrency with per-request determinism, disconnects, load, signals.
+mod util;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use util::{content, get, post, request, wait_idle, Server};
+
+const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
+
+fn chat(user: &str, max_tokens: u32) -> serde_json::Value {
+    json!({"model": MODEL, "messages": [{"role": "user", "content": user}],
+           "max_tokens": max_tokens, "temperature": 0})
+}
+
+#[test]
+fn openai_client_drives_chat_completions_and_models() {
+    let python = util::python();
+    let server = Server::start(&[]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/openai_client.py");
+    let out = Command::new(python)
+        .args([script, &server.url(), MODEL])
+        .output()
+        .expect("run python");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("openai client: ok"), "{text}");
+}
+
+#[test]
+fn errors_have_openai_shape_and_status() {
+    let server = Server::start(&["--max-body-bytes", "2048"]);
+    let a = &server.addr;
+    let shape = |r: &util::Reply, status: u16, kind: &str| {
+        assert_eq!(r.status, status, "{}", r.body);
+        let e = &r.json()["error"];
+        assert_eq!(e["type"], kind, "{}", r.body);
+        assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
+    };
+    let big = json!({"model": MODEL, "messages": [{"role": "user", "content": "x".repeat(4096)}]});
+    shape(
+        &post(a, "/v1/chat/completions", &big),
+        413,
+        "invalid_request_error",
+    );
+    let r = request(a, "POST", "/v1/chat/completions", &[], b"{\"model\": ");
+    shape(&r, 400, "invalid_request_error");
+    let mut unknown = chat("hi", 2);
+    unknown["model"] = json!("no-such-model");
+    let r = post(a, "/v1/chat/completions", &unknown);
+    shape(&r, 404, "not_found_error");
+    assert_eq!(r.json()["error"]["param"], "model");
+    let mut profile = chat("hi", 2);
+    profile["profile"] = json!("no-such-profile");
+    shape(
+        &post(a, "/v1/chat/completions", &profile),
+        400,
+        "invalid_request_error",
+    );
+    let mut hot = chat("hi", 2);
+    hot["temperature"] = json!(-1.0);
+    let r = post(a, "/v1/chat/completions", &hot);
+    shape(&r, 400, "invalid_request_error");
+    assert_eq!(r.json()["error"]["param"], "temperature");
+    shape(&get(a, "/v1/nothing"), 404, "not_found_error");
+    assert_eq!(get(a, "/health").status, 200);
+}
+
+#[test]
+fn an_api_key_is_required_when_configured() {
+    let server = Server::start(&["--api-key", "sesame"]);
+    let a = &server.addr;
+    let r = get(a, "/v1/models");
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(r.json()["error"]["type"], "authentication_error");
+    let wrong = request(
+        a,
+        "GET",
+        "/v1/models",
+        &[("Authorization", "Bearer nope")],
+        b"",
+    );
+    assert_eq!(wrong.status, 401);
+    let right = request(
+        a,
+        "GET",
+        "/v1/models",
+        &[("Authorization", "Bearer sesame")],
+        b"",
+    );
+    assert_eq!(right.status, 200, "{}", right.body);
+    assert_eq!(get(a, "/health").status, 200, "health needs no key");
+}
+
+#[test]
+fn a_public_host_without_a_key_is_refused() {
+    let model = util::model();
+    let out = Command::new(env!("CARGO_BIN_EXE_gmlx-server"))
+        .args([
+            model.to_str().expect("utf-8"),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--no-auth") && err.contains("0.0.0.0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_config_names_the_key_and_the_file() {
+    let dir = std::env::temp_dir().join(format!("gmlx-serve-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("serve.toml");
+    std::fs::write(&file, "[server]\nport = 8080\nbatch_widht = 4\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_gmlx-server"))
+        .args(["--config", file.to_str().expect("utf-8")])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("batch_widht") && err.contains("serve.toml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_full_queue_answers_503_with_retry_after() {
+    let server = Server::start(&["--batch-width", "1", "--queue-cap", "0"]);
+    let addr = server.addr.clone();
+    let busy = std::thread::spawn(move || {
+        post(&addr, "/v1/chat/completions", &chat("Tell me a story.", 16))
+    });
+    // wait until the first request holds the only row
+    let start = Instant::now();
+    while get(&server.addr, "/v1/metrics").json()["active_rows"] != 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the first request never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = post(&server.addr, "/v1/chat/completions", &chat("hi", 2));
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.json()["error"]["type"], "overloaded_error");
+    assert_eq!(busy.join().expect("join").status, 200);
+}
+
+#[test]
+fn seeded_requests_match_their_solo_runs_under_concurrency() {
+    let server = Server::start(&["--batch-width", "8"]);
+    let body = |i: u64| {
+        let mut b = chat(&format!("Write a word about the number {i}."), 12);
+        b["temperature"] = json!(0.9);
+        if i % 2 == 0 {
+            b["seed"] = json!(1000 + i);
+        }
+        b
+    };
+    let solo: Vec<(u64, String)> = (0..8)
+        .filter(|i| i % 2 == 0)
+        .map(|i| {
+            (
+                i,
+                content(&post(&server.addr, "/v1/chat/completions", &body(i))),
+            )
+        })
+        .collect();
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let addr = server.addr.clone();
+            let b = body(i);
+            std::thread::spawn(move || (i, content(&post(&addr, "/v1/chat/completions", &b))))
+        })
+        .collect();
+    let together: Vec<(u64, String)> = handles
+        .into_iter()
+        .map(|h| h.join().expect("join"))
+        .collect();
+    for (i, text) in &solo {
+        let with_others = &together.iter().find(|(j, _)| j == i).expect("ran").1;
+        assert_eq!(
+            text,
+            with_others,
+            "seed {} differs under concurrency",
+            1000 + i
+        );
+    }
+    let m = get(&server.addr, "/v1/metrics").json();
+    assert!(
+        m["models"][MODEL]["requests_done"].as_u64() >= Some(12),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_disconnected_client_frees_its_row() {
+    let server = Server::start(&[]);
+    let mut body = chat("Tell me a very long story.", 2000);
+    body["stream"] = json!(true);
+    let text = body.to_string();
+    let mut s = TcpStream::connect(&server.addr).expect("connect");
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
+        text.len()
+    )
+    .expect("write");
+    let mut buf = [0u8; 2048];
+    let n = s.read(&mut buf).expect("read the first chunk");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("200"));
+    let start = Instant::now();
+    while get(&server.addr, "/v1/metrics").json()["active_rows"] != 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the request never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(s);
+    assert!(
+        wait_idle(&server.addr, Duration::from_secs(30)),
+        "the row was not freed after the client left"
+    );
+}
+
+#[test]
+fn memory_stays_flat_under_bounded_load() {
+    let server = Server::start(&["--batch-width", "4"]);
+    let round = |n: usize| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let addr = server.addr.clone();
+                std::thread::spawn(move || {
+                    let mut b = chat(&format!("Count to {i}."), 4);
+                    if i % 3 == 1 {
+                        b["stream"] = json!(true);
+                    }
+                    post(&addr, "/v1/chat/completions", &b).status
+                })
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().expect("join"), 200);
+        }
+    };
+    round(8); // warm up buffers and caches
+    let before = server.rss_bytes();
+    for _ in 0..5 {
+        round(8);
+    }
+    let after = server.rss_bytes();
+    assert_eq!(get(&server.addr, "/health").status, 200);
+    let growth = after.saturating_sub(before);
+    assert!(
+        growth < 64 << 20,
+        "RSS grew {growth} bytes ({before} → {after})"
+    );
+}
+
+#[test]
+fn sigterm_finishes_in_flight_requests_and_exits_cleanly() {
+    let mut server = Server::start(&[]);
+    let addr = server.addr.clone();
+    let inflight =
+        std::thread::spawn(move || post(&addr, "/v1/chat/completions", &chat("Hello!", 8)));
+    let start = Instant::now();
+    while get(&server.addr, "/v1/metrics").json()["active_rows"] != 1 {
+        assert!(start.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ok = Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+    let reply = inflight.join().expect("join");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let status = server.child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0));
+    assert!(TcpStream::connect(&server.addr).is_err(), "still accepting");
+}

@@ -1,0 +1,156 @@
+//! The engine: a handle (cheap to clone, holds a channel sender) in front of one scheduler
+//! thread that owns the model. All MLX work happens on that thread.
+mod request;
+mod scheduler;
+
+pub use request::{Done, Event, TokenLogprob, TokenOut, ValidRequest};
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use crate::error::{Error, Result};
+
+/// How the scheduler batches and admits.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineOptions {
+    /// Most rows decoded together.
+    pub batch_width: usize,
+    /// Most requests waiting for a row.
+    pub queue_cap: usize,
+}
+
+pub(crate) enum Command {
+    Submit(Box<ValidRequest>, UnboundedSender<Event>),
+}
+
+/// Figures the scheduler publishes after every step.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    pub waiting: AtomicUsize,
+    pub active: AtomicUsize,
+    pub generated_tokens: AtomicU64,
+    pub requests_done: AtomicU64,
+    /// f64 bits: aggregate decode tokens per second of the recent steps.
+    pub tokens_per_s: AtomicU64,
+    pub mlx_active_bytes: AtomicU64,
+    pub mlx_peak_bytes: AtomicU64,
+}
+
+/// A snapshot for `/v1/metrics`.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct EngineStats {
+    pub queue_depth: usize,
+    pub active_rows: usize,
+    pub batch_width: usize,
+    pub generated_tokens: u64,
+    pub requests_done: u64,
+    pub decode_tokens_per_s: f64,
+    pub mlx_active_bytes: u64,
+    pub mlx_peak_bytes: u64,
+}
+
+/// A handle on one model's scheduler.
+#[derive(Clone)]
+pub struct Engine {
+    tx: mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+    options: EngineOptions,
+    vocab: usize,
+    context: usize,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Starts the scheduler thread, which loads the model at `path`; returns once it is
+    /// loaded. `id` names the model in errors.
+    pub fn start(id: &str, path: &Path, options: EngineOptions) -> Result<Engine> {
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let shared = Arc::new(Shared::default());
+        let thread_shared = Arc::clone(&shared);
+        let path = path.to_owned();
+        let thread_id = id.to_owned();
+        std::thread::Builder::new()
+            .name(format!("gmlx-engine-{id}"))
+            .spawn(move || {
+                let loaded = match gmlx_models::load(&path, &gmlx_models::LoadOptions::default()) {
+                    Ok(l) => l,
+                    Err(source) => {
+                        let _ = ready_tx.send(Err(Error::Load {
+                            id: thread_id,
+                            source,
+                        }));
+                        return;
+                    }
+                };
+                let config = loaded.config();
+                let _ = ready_tx.send(Ok((config.vocab as usize, config.context_length)));
+                scheduler::run(&loaded, rx, &thread_shared, options);
+            })?;
+        let (vocab, context) = ready_rx.recv().map_err(|_| Error::Engine {
+            reason: "the engine thread ended while loading".to_owned(),
+        })??;
+        Ok(Engine {
+            tx,
+            shared,
+            options,
+            vocab,
+            context,
+        })
+    }
+
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Queues `request`; its events arrive on the returned receiver. Dropping the receiver
+    /// cancels the request and frees its row.
+    pub fn submit(&self, request: ValidRequest) -> Result<UnboundedReceiver<Event>> {
+        let waiting = self.shared.waiting.fetch_add(1, Ordering::SeqCst);
+        let active = self.shared.active.load(Ordering::SeqCst);
+        // Waiting requests beyond the free rows count against the queue cap.
+        let free = self.options.batch_width.saturating_sub(active);
+        if waiting >= free + self.options.queue_cap {
+            self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Error::QueueFull { retry_after_s: 1 });
+        }
+        let (sink, events) = unbounded_channel();
+        if self
+            .tx
+            .send(Command::Submit(Box::new(request), sink))
+            .is_err()
+        {
+            self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Error::ShuttingDown);
+        }
+        Ok(events)
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        let s = &self.shared;
+        EngineStats {
+            queue_depth: s.waiting.load(Ordering::Relaxed),
+            active_rows: s.active.load(Ordering::Relaxed),
+            batch_width: self.options.batch_width,
+            generated_tokens: s.generated_tokens.load(Ordering::Relaxed),
+            requests_done: s.requests_done.load(Ordering::Relaxed),
+            decode_tokens_per_s: f64::from_bits(s.tokens_per_s.load(Ordering::Relaxed)),
+            mlx_active_bytes: s.mlx_active_bytes.load(Ordering::Relaxed),
+            mlx_peak_bytes: s.mlx_peak_bytes.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! The batch loop: admits waiting requests (one prefill between decode steps, so running
+//! streams keep streaming), then decodes every active row in one batched forward pass.
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
+
+use gmlx_mlx::{Array, Dtype};
+use gmlx_models::cache::KvCache;
+use gmlx_models::{FinishReason, Loaded, Sampler, TokenId, Tokenizer};
+use gmlx_tokenizer::StreamDecoder;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::request::{Done, Event, StopFilter, TokenLogprob, TokenOut, ValidRequest};
+use super::{Command, EngineOptions, Shared};
+use crate::error::{Error, Result};
+
+/// Prompt tokens per prefill forward pass.
+const PREFILL_CHUNK: usize = 512;
+
+/// One request being decoded.
+struct Row<'t> {
+    request: ValidRequest,
+    sink: UnboundedSender<Event>,
+    caches: Vec<KvCache>,
+    sampler: Sampler,
+    decoder: StreamDecoder<'t>,
+    stop: StopFilter,
+    /// Logits for the next token.
+    logits: Vec<f32>,
+    generated: usize,
+    budget: usize,
+}
+
+pub(crate) fn run(
+    loaded: &Loaded,
+    commands: Receiver<Command>,
+    shared: &Shared,
+    options: EngineOptions,
+) {
+    let mut waiting: VecDeque<(Box<ValidRequest>, UnboundedSender<Event>)> = VecDeque::new();
+    let mut rows: Vec<Row<'_>> = Vec::new();
+    let mut open = true;
+    while open || !rows.is_empty() || !waiting.is_empty() {
+        if rows.is_empty() && waiting.is_empty() {
+            match commands.recv() {
+                Ok(Command::Submit(r, s)) => waiting.push_back((r, s)),
+                Err(_) => break,
+            }
+        }
+        loop {
+            match commands.try_recv() {
+                Ok(Command::Submit(r, s)) => waiting.push_back((r, s)),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        // Admit one request per step while rows are free; its prefill runs between steps.
+        if rows.len() < options.batch_width {
+            if let Some((request, sink)) = waiting.pop_front() {
+                shared.waiting.fetch_sub(1, Ordering::SeqCst);
+                if !sink.is_closed() {
+                    match admit(loaded, *request, sink.clone()) {
+                        Ok(row) => rows.push(row),
+                        Err(e) => {
+                            let _ = sink.send(Event::Failed(e));
+                        }
+                    }
+                }
+            }
+        }
+        shared.active.store(rows.len(), Ordering::SeqCst);
+        if rows.is_empty() {
+            continue;
+        }
+        let start = Instant::now();
+        let emitted = rows.len();
+        if let Err(e) = step(loaded, &mut rows, shared) {
+            for row in rows.drain(..) {
+                let _ = row.sink.send(Event::Failed(Error::Engine {
+                    reason: e.to_string(),
+                }));
+            }
+        }
+        shared.active.store(rows.len(), Ordering::SeqCst);
+        publish(shared, emitted, start);
+    }
+}
+
+fn publish(shared: &Shared, tokens: usize, start: Instant) {
+    let rate = tokens as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    let old = f64::from_bits(shared.tokens_per_s.load(Ordering::Relaxed));
+    let smoothed = if old == 0.0 {
+        rate
+    } else {
+        0.8 * old + 0.2 * rate
+    };
+    shared
+        .tokens_per_s
+        .store(smoothed.to_bits(), Ordering::Relaxed);
+    if let Ok(m) = gmlx_mlx::memory::stats() {
+        shared
+            .mlx_active_bytes
+            .store(m.active_bytes as u64, Ordering::Relaxed);
+        shared
+            .mlx_peak_bytes
+            .store(m.peak_bytes as u64, Ordering::Relaxed);
+    }
+}
+
+/// Prefills `request` into a fresh row.
+fn admit<'t>(
+    loaded: &'t Loaded,
+    request: ValidRequest,
+    sink: UnboundedSender<Event>,
+) -> Result<Row<'t>> {
+    let model = &loaded.model;
+    let context = model.config().context_length;
+    if request.prompt.len() >= context {
+        return Err(Error::ContextOverflow {
+            needed: request.prompt.len() + 1,
+            context,
+        });
+    }
+    let mut caches = model.new_caches();
+    let logits =
+        gmlx_models::generate::prefill(model, &mut caches, &request.prompt, PREFILL_CHUNK)?;
+    let mut sampler = Sampler::new(request.sampling.clone());
+    sampler.observe(&request.prompt);
+    let budget = request.max_tokens.min(context - request.prompt.len());
+    Ok(Row {
+        caches,
+        sampler,
+        decoder: loaded.tokenizer.stream_decoder(true),
+        stop: StopFilter::new(request.stop.clone()),
+        logits,
+        generated: 0,
+        budget,
+        request,
+        sink,
+    })
+}
+
+/// Samples one token for every row, streams it, drops finished or abandoned rows, and runs
+/// the survivors' tokens through the model together.
+fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()> {
+    let tokenizer = &loaded.tokenizer;
+    let mut next: Vec<TokenId> = Vec::with_capacity(rows.len());
+    let mut keep = Vec::with_capacity(rows.len());
+    for row in rows.iter_mut() {
+        let (token, finish, text, logprob) = sample_row(tokenizer, row)?;
+        shared.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        let sent = row.sink.send(Event::Token(TokenOut {
+            token,
+            text,
+            logprob,
+        }));
+        let alive = match (sent, finish) {
+            (Err(_), _) => false, // the client went away
+            (Ok(()), Some(finish)) => {
+                shared.requests_done.fetch_add(1, Ordering::Relaxed);
+                let _ = row.sink.send(Event::Done(Done {
+                    finish,
+                    prompt_tokens: row.request.prompt.len(),
+                    completion_tokens: row.generated,
+                }));
+                false
+            }
+            (Ok(()), None) => true,
+        };
+        keep.push(alive);
+        if alive {
+            next.push(token);
+        }
+    }
+    let mut i = 0;
+    rows.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut caches: Vec<&mut [KvCache]> = rows.iter_mut().map(|r| &mut r.caches[..]).collect();
+    let logits = forward_rows(loaded, &next, &mut caches)?;
+    for (row, l) in rows.iter_mut().zip(logits) {
+        row.logits = l;
+    }
+    Ok(())
+}
+
+/// Picks a row's next token; returns it, the finish reason if it ends the row, the text it
+/// releases, and its logprobs when asked for.
+fn sample_row(
+    tokenizer: &Tokenizer,
+    row: &mut Row<'_>,
+) -> Result<(TokenId, Option<FinishReason>, String, Option<TokenLogprob>)> {
+    let raw = row.request.logprobs.map(|_| row.logits.clone());
+    let token = row.sampler.sample(&mut row.logits);
+    row.sampler.observe(&[token]);
+    let logprob = match (raw, row.request.logprobs) {
+        (Some(raw), Some(n)) => Some(logprobs(tokenizer, &raw, token, n)),
+        _ => None,
+    };
+    if tokenizer.is_eog(token) {
+        return Ok((token, Some(FinishReason::Eos), row.stop.flush(), logprob));
+    }
+    row.generated += 1;
+    let piece = row.decoder.push(token)?;
+    let (mut text, stopped) = row.stop.push(&piece);
+    let finish = if stopped {
+        Some(FinishReason::Stop)
+    } else if row.generated >= row.budget {
+        text.push_str(&row.stop.flush());
+        Some(FinishReason::Length)
+    } else {
+        None
+    };
+    Ok((token, finish, text, logprob))
+}
+
+/// The log-softmax of `logits` at `token`, and the `n` most likely tokens.
+fn logprobs(tokenizer: &Tokenizer, logits: &[f32], token: TokenId, n: usize) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits
+        .iter()
+        .map(|&l| f64::from(l - max).exp())
+        .sum::<f64>();
+    let norm = max + sum.ln() as f32;
+    let text = |id: TokenId| {
+        let bytes = tokenizer.decode_bytes(&[id], false).unwrap_or_default();
+        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    };
+    let mut top: Vec<(TokenId, f32)> = Vec::new();
+    if n > 0 {
+        let mut order: Vec<TokenId> = (0..logits.len() as TokenId).collect();
+        let n = n.min(order.len());
+        order.select_nth_unstable_by(n.saturating_sub(1), |&a, &b| {
+            logits[b as usize].total_cmp(&logits[a as usize])
+        });
+        order.truncate(n);
+        order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+        top = order
+            .iter()
+            .map(|&i| (i, logits[i as usize] - norm))
+            .collect();
+    }
+    let (token_text, bytes) = text(token);
+    TokenLogprob {
+        token: token_text,
+        bytes,
+        logprob: logits
+            .get(token as usize)
+            .map_or(f32::NEG_INFINITY, |l| l - norm),
+        top: top
+            .into_iter()
+            .map(|(id, lp)| {
+                let (t, b) = text(id);
+                (t, b, lp)
+            })
+            .collect(),
+    }
+}
+
+/// Next-token logits for each row after feeding it `tokens[i]`.
+fn forward_rows(
+    loaded: &Loaded,
+    tokens: &[TokenId],
+    caches: &mut [&mut [KvCache]],
+) -> Result<Vec<Vec<f32>>> {
+    let mut out = Vec::with_capacity(tokens.len());
+    for (&t, cache) in tokens.iter().zip(caches.iter_mut()) {
+        let input = Array::from_slice(&[t], &[1, 1]);
+        let logits = loaded
+            .model
+            .forward(&input, cache, gmlx_models::Logits::Last)?;
+        out.push(host(&logits)?);
+    }
+    Ok(out)
+}
+
+fn host(logits: &Array) -> Result<Vec<f32>> {
+    let flat = logits
+        .as_dtype(Dtype::Float32)
+        .and_then(|a| a.flatten(None, None))
+        .map_err(mlx_err)?;
+    flat.eval().map_err(mlx_err)?;
+    Ok(flat.as_slice::<f32>().to_vec())
+}
+
+fn mlx_err(e: impl std::fmt::Display) -> Error {
+    Error::Engine {
+        reason: e.to_string(),
+    }
+}

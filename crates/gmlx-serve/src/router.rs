@@ -1,0 +1,92 @@
+//! Method + path → handler, after the API key check.
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+
+use crate::api::{self, sse::Body};
+use crate::error::{Error, Result};
+use crate::http::State;
+
+pub async fn route(state: &State, req: Request<Incoming>) -> Response<Body> {
+    match dispatch(state, req).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+pub fn error_response(e: &Error) -> Response<Body> {
+    let mut r = api::sse::json(e.status(), &e.body());
+    if let Some(s) = e.retry_after_s() {
+        r.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from(s),
+        );
+    }
+    r
+}
+
+async fn dispatch(state: &State, req: Request<Incoming>) -> Result<Response<Body>> {
+    let path = req.uri().path().trim_end_matches('/').to_owned();
+    let method = req.method().clone();
+    if path != "/health" {
+        authorize(state, &req)?;
+    }
+    match (&method, path.as_str()) {
+        (&Method::GET, "/health") => Ok(api::health()),
+        (&Method::GET, "/v1/models") => Ok(api::models(state)),
+        (&Method::GET, "/v1/metrics") => Ok(api::metrics(state)),
+        (&Method::POST, "/v1/chat/completions") => {
+            let body = read_body(state, req).await?;
+            api::chat(state, body).await
+        }
+        (&Method::POST, "/v1/completions") => {
+            let body = read_body(state, req).await?;
+            api::completion(state, body).await
+        }
+        _ => Err(Error::NotFound {
+            method: method.to_string(),
+            path,
+        }),
+    }
+}
+
+fn authorize(state: &State, req: &Request<Incoming>) -> Result<()> {
+    let Some(key) = state.config().api_key.clone() else {
+        return Ok(());
+    };
+    let given = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(g) if constant_time_eq(g.as_bytes(), key.as_bytes()) => Ok(()),
+        _ => Err(Error::Unauthorized),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn read_body(state: &State, req: Request<Incoming>) -> Result<Bytes> {
+    let limit_bytes = state.config().max_body_bytes;
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit_bytes) {
+        return Err(Error::BodyTooLarge { limit_bytes });
+    }
+    match Limited::new(req.into_body(), limit_bytes).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(Error::BodyTooLarge { limit_bytes })
+        }
+        Err(e) => Err(Error::BadJson {
+            reason: format!("reading the body: {e}"),
+        }),
+    }
+}

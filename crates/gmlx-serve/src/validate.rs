@@ -1,0 +1,306 @@
+//! Wire requests → `ValidRequest`: model and profile resolved, template applied, sampling
+//! checked, limits applied. Nothing past this point re-checks a request.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gmlx_models::SamplingParams;
+use gmlx_tokenizer::{ChatRequest, ChatTemplate, Clock, TokenId, Tokenizer};
+
+use crate::api::types::{ChatCompletionRequest, CommonParams, CompletionRequest, Prompt, Stop};
+use crate::config::{ModelEntry, Profile, ServeConfig};
+use crate::engine::{Engine, ValidRequest};
+use crate::error::{Error, Result};
+
+/// A loaded model as the HTTP side sees it: tokenizer and template, never MLX.
+pub struct ModelInfo {
+    pub entry: ModelEntry,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+    /// The template marks reasoning with `<think>`.
+    pub thinking_tags: bool,
+    pub engine: Engine,
+}
+
+impl ModelInfo {
+    /// The tokenizer and chat template of a model whose engine is running.
+    pub fn new(entry: ModelEntry, engine: Engine) -> Result<ModelInfo> {
+        let bad = |reason: String| Error::Unsupported {
+            id: entry.id.clone(),
+            reason,
+        };
+        let tokenizer = Tokenizer::from_gguf_path(&entry.path).map_err(|e| bad(e.to_string()))?;
+        let source = match &entry.chat_template {
+            Some(file) => Some(
+                std::fs::read_to_string(file)
+                    .map_err(|e| bad(format!("chat template {}: {e}", file.display())))?,
+            ),
+            None => tokenizer.chat_template_source("default").map(str::to_owned),
+        };
+        let text = |id: Option<TokenId>| {
+            id.and_then(|i| tokenizer.token_text(i).ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let template = match &source {
+            Some(s) => Some(
+                ChatTemplate::new(
+                    "default",
+                    s,
+                    &text(tokenizer.bos_id()),
+                    &text(tokenizer.eos_id()),
+                    Clock::SystemUtc,
+                )
+                .map_err(|e| bad(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let thinking_tags = source.as_deref().is_some_and(|s| s.contains("<think>"));
+        Ok(ModelInfo {
+            entry,
+            tokenizer,
+            template,
+            thinking_tags,
+            engine,
+        })
+    }
+}
+
+/// What the handler needs besides the engine request.
+pub struct Valid {
+    pub request: ValidRequest,
+    pub model: String,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// `Some(inside)`: split `<think>` text into `reasoning_content`; `inside` when the
+    /// prompt already opened the block.
+    pub reasoning: Option<bool>,
+    pub info: Arc<ModelInfo>,
+}
+
+/// The environment's thinking default: `GMLX_ENABLE_THINKING`, then
+/// `MLX_VLM_ENABLE_THINKING`.
+pub fn env_thinking() -> Option<bool> {
+    ["GMLX_ENABLE_THINKING", "MLX_VLM_ENABLE_THINKING"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().and_then(|v| parse_bool(&v)))
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// The models and settings requests are checked against.
+pub struct Context<'a> {
+    pub config: &'a ServeConfig,
+    pub models: &'a BTreeMap<String, Arc<ModelInfo>>,
+    pub env_thinking: Option<bool>,
+}
+
+impl Context<'_> {
+    fn resolve(&self, common: &CommonParams) -> Result<(Arc<ModelInfo>, Profile)> {
+        let entry = match &common.model {
+            Some(name) => self.config.model(name),
+            None => self.config.models.first(),
+        };
+        let info =
+            entry
+                .and_then(|e| self.models.get(&e.id))
+                .ok_or_else(|| Error::UnknownModel {
+                    model: common.model.clone().unwrap_or_default(),
+                })?;
+        let profile_name = common
+            .profile
+            .as_ref()
+            .or(entry.and_then(|e| e.profile.as_ref()));
+        let profile = match profile_name {
+            Some(p) => self
+                .config
+                .profiles
+                .get(p)
+                .cloned()
+                .ok_or_else(|| Error::UnknownProfile { profile: p.clone() })?,
+            None => Profile::default(),
+        };
+        Ok((Arc::clone(info), profile))
+    }
+}
+
+pub fn chat(wire: ChatCompletionRequest, ctx: &Context<'_>) -> Result<Valid> {
+    let (info, profile) = ctx.resolve(&wire.common)?;
+    let template = info.template.as_ref().ok_or_else(|| Error::BadParam {
+        param: "messages".to_owned(),
+        reason: "this model has no chat template; use /v1/completions".to_owned(),
+    })?;
+    if wire.messages.is_empty() {
+        return Err(bad("messages", "is empty"));
+    }
+    let mut messages = wire.messages;
+    for m in &messages {
+        if !m.is_object() || m.get("role").and_then(|r| r.as_str()).is_none() {
+            return Err(bad("messages", "each message needs a string `role`"));
+        }
+    }
+    if let Some(system) = &profile.system_prompt {
+        if !messages.iter().any(|m| m["role"] == "system") {
+            messages.insert(0, serde_json::json!({"role": "system", "content": system}));
+        }
+    }
+    let mut kwargs = wire.chat_template_kwargs.unwrap_or_default();
+    let thinking = wire
+        .enable_thinking
+        .or_else(|| kwargs.get("enable_thinking").and_then(|v| v.as_bool()))
+        .or(profile.thinking)
+        .or(ctx.env_thinking);
+    if let Some(t) = thinking {
+        kwargs.insert("enable_thinking".to_owned(), t.into());
+    }
+    let text = template.render(&ChatRequest {
+        messages,
+        tools: None,
+        documents: None,
+        add_generation_prompt: true,
+        kwargs,
+    })?;
+    let prompt = info.tokenizer.encode(&text, true, true)?;
+    let reasoning = info
+        .thinking_tags
+        .then(|| text.trim_end().ends_with("<think>"));
+    let logprobs = if wire.logprobs {
+        Some(wire.top_logprobs.unwrap_or(0))
+    } else if wire.top_logprobs.is_some() {
+        return Err(bad("top_logprobs", "needs `logprobs: true`"));
+    } else {
+        None
+    };
+    if logprobs.is_some_and(|n| n > 20) {
+        return Err(bad("top_logprobs", "must be at most 20"));
+    }
+    finish(info, profile, wire.common, prompt, logprobs, reasoning)
+}
+
+pub fn completion(wire: CompletionRequest, ctx: &Context<'_>) -> Result<Valid> {
+    let (info, profile) = ctx.resolve(&wire.common)?;
+    if wire.echo {
+        return Err(bad("echo", "is not supported"));
+    }
+    let prompt = match wire.prompt {
+        Prompt::Text(t) => info.tokenizer.encode(&t, true, false)?,
+        Prompt::Texts(t) if t.len() == 1 => info.tokenizer.encode(&t[0], true, false)?,
+        Prompt::Texts(_) => return Err(bad("prompt", "only one prompt per request")),
+        Prompt::Tokens(ids) => {
+            let vocab = info.tokenizer.vocab_size();
+            if let Some(id) = ids.iter().find(|&&i| i as usize >= vocab) {
+                return Err(bad(
+                    "prompt",
+                    &format!("token {id} is outside the vocabulary"),
+                ));
+            }
+            ids
+        }
+    };
+    if wire.logprobs.is_some_and(|n| n > 20) {
+        return Err(bad("logprobs", "must be at most 20"));
+    }
+    finish(info, profile, wire.common, prompt, wire.logprobs, None)
+}
+
+fn bad(param: &str, reason: &str) -> Error {
+    Error::BadParam {
+        param: param.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn finish(
+    info: Arc<ModelInfo>,
+    profile: Profile,
+    common: CommonParams,
+    prompt: Vec<TokenId>,
+    logprobs: Option<usize>,
+    reasoning: Option<bool>,
+) -> Result<Valid> {
+    if prompt.is_empty() {
+        return Err(bad("prompt", "is empty"));
+    }
+    if common.n.is_some_and(|n| n != 1) {
+        return Err(bad("n", "only n = 1 is supported"));
+    }
+    let context = info.engine.context();
+    if prompt.len() >= context {
+        return Err(Error::ContextOverflow {
+            needed: prompt.len() + 1,
+            context,
+        });
+    }
+    let max_tokens = common
+        .max_completion_tokens
+        .or(common.max_tokens)
+        .or(profile.max_tokens)
+        .unwrap_or(context - prompt.len());
+    if max_tokens == 0 {
+        return Err(bad("max_tokens", "must be at least 1"));
+    }
+    let mut logit_bias = BTreeMap::new();
+    for (k, &v) in common.logit_bias.iter().flatten() {
+        let id: TokenId = k
+            .parse()
+            .map_err(|_| bad("logit_bias", &format!("`{k}` is not a token id")))?;
+        if !(-100.0..=100.0).contains(&v) {
+            return Err(bad("logit_bias", &format!("{v} is not in [-100, 100]")));
+        }
+        logit_bias.insert(id, v);
+    }
+    let defaults = SamplingParams::default();
+    let sampling = SamplingParams {
+        temperature: common.temperature.or(profile.temperature).unwrap_or(1.0),
+        top_k: common
+            .top_k
+            .map(|k| k.max(0) as usize)
+            .or(profile.top_k)
+            .unwrap_or(0),
+        top_p: common.top_p.or(profile.top_p).unwrap_or(1.0),
+        min_p: common.min_p.or(profile.min_p).unwrap_or(0.0),
+        repetition_penalty: common
+            .repetition_penalty
+            .or(profile.repetition_penalty)
+            .unwrap_or(1.0),
+        presence_penalty: common
+            .presence_penalty
+            .or(profile.presence_penalty)
+            .unwrap_or(0.0),
+        frequency_penalty: common
+            .frequency_penalty
+            .or(profile.frequency_penalty)
+            .unwrap_or(0.0),
+        logit_bias,
+        seed: common.seed.map(|s| s as u64),
+        ..defaults
+    };
+    sampling.validate(info.engine.vocab())?;
+    let stop = match common.stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(v)) if v.len() <= 4 => v,
+        Some(Stop::Many(_)) => return Err(bad("stop", "at most 4 stop strings")),
+    };
+    let model = common.model.unwrap_or_else(|| info.entry.id.clone());
+    Ok(Valid {
+        request: ValidRequest {
+            id: String::new(),
+            prompt,
+            max_tokens,
+            sampling,
+            stop,
+            logprobs,
+        },
+        model,
+        stream: common.stream,
+        include_usage: common.stream_options.is_some_and(|o| o.include_usage),
+        reasoning,
+        info,
+    })
+}
