@@ -41,6 +41,12 @@ impl Model {
         self.decoder.forward(tokens, caches, logits)
     }
 
+    /// One decode step for `B` independent sequences: `tokens[b]` continues the sequence whose
+    /// per-layer caches are `caches[b]`; float32 logits `[B, vocab]` (continuous batching).
+    pub fn forward_rows(&self, tokens: &[u32], caches: &mut [&mut [KvCache]]) -> Result<Array> {
+        self.decoder.forward_rows(tokens, caches)
+    }
+
     /// Evaluates every weight so the model is resident; returns the bytes the weights hold.
     pub fn materialize(&self) -> Result<usize> {
         let arrays = self.decoder.arrays();

@@ -81,3 +81,55 @@ impl Attention {
         self.attn_output.forward(&out)
     }
 }
+
+impl Attention {
+    /// One new token for each of `B` independent sequences: `x [B, 1, hidden]`, row `b`
+    /// continuing what `caches[b]` holds. The projections run batched; rotation, the cache
+    /// append and attention run per row, since rows have their own lengths.
+    pub fn forward_rows(&self, x: &Array, caches: &mut [&mut KvCache]) -> Result<Array> {
+        let batch = x.shape()[0];
+        let heads = |w: &Linear, n: i32, norm: Option<&RmsNorm>| -> Result<Array> {
+            let mut h = w.forward(x)?.reshape(&[batch, 1, n, self.head_dim])?;
+            if let Some(norm) = norm {
+                h = norm.forward(&h)?;
+            }
+            Ok(h.transpose_axes(&[0, 2, 1, 3])?)
+        };
+        let q = heads(&self.attn_q, self.n_heads, self.attn_q_norm.as_ref())?;
+        let k = heads(&self.attn_k, self.n_kv_heads, self.attn_k_norm.as_ref())?;
+        let v = heads(&self.attn_v, self.n_kv_heads, None)?;
+        let scale = 1.0 / (self.head_dim as f32).sqrt();
+        let row = |a: &Array, b: i32| -> Result<Array> {
+            let s = a.shape();
+            Ok(gmlx_mlx::slicing::slice(
+                a,
+                &[b, 0, 0, 0],
+                &[b + 1, s[1], s[2], s[3]],
+            )?)
+        };
+        let mut outs = Vec::with_capacity(caches.len());
+        for (b, cache) in caches.iter_mut().enumerate() {
+            let b = b as i32;
+            let offset = cache.len();
+            let q = self.rope.forward(&row(&q, b)?, offset)?;
+            let k = self.rope.forward(&row(&k, b)?, offset)?;
+            let (keys, values) = cache.append(&k, &row(&v, b)?)?;
+            let windowed = self
+                .window
+                .filter(|&w| offset + 1 > w)
+                .map(|w| window_mask(1, offset, w));
+            let mask = windowed.as_ref().map(ScaledDotProductAttentionMask::Array);
+            let sinks = self.sinks.as_ref();
+            outs.push(fast::scaled_dot_product_attention(
+                &q, &keys, &values, scale, mask, sinks,
+            )?);
+        }
+        let out = gmlx_mlx::ops::concatenate(&outs, 0)?;
+        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
+            batch,
+            1,
+            self.n_heads * self.head_dim,
+        ])?;
+        self.attn_output.forward(&out)
+    }
+}

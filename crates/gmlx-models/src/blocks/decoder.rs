@@ -140,3 +140,37 @@ impl Decoder {
         out
     }
 }
+
+impl DecoderLayer {
+    /// One token for each of `B` sequences (`x [B, 1, hidden]`, row `b` continuing
+    /// `caches[b]`); see [`Attention::forward_rows`].
+    pub fn forward_rows(&self, x: &Array, caches: &mut [&mut KvCache]) -> Result<Array> {
+        let attn = self
+            .attention
+            .forward_rows(&self.attn_norm.forward(x)?, caches)?;
+        let h = x.add(&attn)?;
+        Ok(h.add(&self.ffn.forward(&self.ffn_norm.forward(&h)?)?)?)
+    }
+}
+
+impl Decoder {
+    /// Continuous-batching decode step: `tokens[b]` continues the sequence whose per-layer
+    /// caches are `caches[b]`. Every matmul runs once over the `B` rows; only attention is per
+    /// row. Returns float32 logits `[B, vocab]`, row `b` equal (to rounding) to decoding that
+    /// sequence alone.
+    pub fn forward_rows(&self, tokens: &[u32], caches: &mut [&mut [KvCache]]) -> Result<Array> {
+        let batch = tokens.len() as i32;
+        let ids = Array::from_slice(tokens, &[batch, 1]);
+        let mut x = self.token_embd.rows(&ids)?.as_dtype(self.dtype)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let mut layer_caches: Vec<&mut KvCache> =
+                caches.iter_mut().map(|c| &mut c[l]).collect();
+            x = layer.forward_rows(&x, &mut layer_caches)?;
+        }
+        let x = self.output_norm.forward(&x)?;
+        let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        let logits = head.matmul(&x)?.as_dtype(Dtype::Float32)?;
+        let vocab = logits.shape()[2];
+        Ok(logits.reshape(&[batch, vocab])?)
+    }
+}

@@ -265,21 +265,16 @@ fn logprobs(tokenizer: &Tokenizer, logits: &[f32], token: TokenId, n: usize) -> 
     }
 }
 
-/// Next-token logits for each row after feeding it `tokens[i]`.
+/// Next-token logits for each row after feeding it `tokens[i]`: one batched forward pass.
 fn forward_rows(
     loaded: &Loaded,
     tokens: &[TokenId],
     caches: &mut [&mut [KvCache]],
 ) -> Result<Vec<Vec<f32>>> {
-    let mut out = Vec::with_capacity(tokens.len());
-    for (&t, cache) in tokens.iter().zip(caches.iter_mut()) {
-        let input = Array::from_slice(&[t], &[1, 1]);
-        let logits = loaded
-            .model
-            .forward(&input, cache, gmlx_models::Logits::Last)?;
-        out.push(host(&logits)?);
-    }
-    Ok(out)
+    let logits = loaded.model.forward_rows(tokens, caches)?;
+    let flat = host(&logits)?;
+    let vocab = flat.len() / tokens.len().max(1);
+    Ok(flat.chunks(vocab).map(<[f32]>::to_vec).collect())
 }
 
 fn host(logits: &Array) -> Result<Vec<f32>> {
