@@ -37,6 +37,23 @@ enum Data {
     Dense(Array),
 }
 
+/// Rows of activations from which a CPU product dequantizes the weight and uses BLAS.
+pub const CPU_DENSE_MIN_ROWS: usize = 4;
+
+/// Whether `x` has enough rows, on the CPU device, for dequantize-then-BLAS to win.
+fn dense_is_faster(x: &Array) -> Result<bool> {
+    let shape = x.shape();
+    let rows: usize = shape[..shape.len().saturating_sub(1)]
+        .iter()
+        .map(|&d| d.max(0) as usize)
+        .product();
+    if rows < CPU_DENSE_MIN_ROWS {
+        return Ok(false);
+    }
+    let device = mlx_rs::Device::try_default()?;
+    Ok(matches!(device.get_type()?, mlx_rs::DeviceType::Cpu))
+}
+
 /// Borrowed access to either form.
 enum View<'a> {
     Packed(Packed<'a>),
@@ -235,9 +252,16 @@ impl QuantWeight {
     }
 
     /// `x @ W^T`: `x [..., cols]` to `[..., rows]`.
+    ///
+    /// On the CPU, MLX's quantized matmul costs the same per row of `x` whatever their number
+    /// (`benches/qmm.rs`: 0.8 ms per row on a 1536 x 576 4-bit matrix, 25x slower than
+    /// dequantize-then-BLAS at 128 rows), so from [`CPU_DENSE_MIN_ROWS`] rows on the CPU the
+    /// weight is dequantized for this one product and multiplied by BLAS; it stays quantized
+    /// in memory.
     pub fn matmul(&self, x: &Array) -> Result<Array> {
         match self.view() {
-            View::Packed(p) => qmm::quantized_matmul(x, p, true),
+            View::Packed(p) if !dense_is_faster(x)? => qmm::quantized_matmul(x, p, true),
+            View::Packed(p) => Ok(x.matmul(qmm::dequantize(p)?.t())?),
             View::Dense(w) => Ok(x.matmul(w.t())?),
         }
     }

@@ -87,10 +87,10 @@ fn every_codec_loads_exactly_and_multiplies() {
     w.write_to_path(&path).expect("write");
     let file = GgufFile::open(&path).expect("open");
 
-    let x: Vec<f32> = (0..3 * cols)
+    // 3 rows take MLX's quantized matmul; 8 rows, on the CPU, dequantize-then-BLAS
+    let x: Vec<f32> = (0..8 * cols)
         .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
         .collect();
-    let xa = Array::from_slice(&x, &[3, cols as i32]);
     for (i, (ty, affine)) in codecs.iter().enumerate() {
         let info = file.tensor(&format!("t{i}")).expect("tensor");
         let weight = QuantWeight::from_gguf(&file, info, Dtype::Float32).expect("load");
@@ -109,20 +109,23 @@ fn every_codec_loads_exactly_and_multiplies() {
         );
 
         // matmul against a host product with the reference weights
-        let y = host(&weight.matmul(&xa).expect("matmul"));
-        for r in 0..3 {
-            for o in 0..rows as usize {
-                let dot: f64 = (0..cols as usize)
-                    .map(|c| {
-                        f64::from(x[r * cols as usize + c])
-                            * f64::from(reference[o * cols as usize + c])
-                    })
-                    .sum();
-                let got = y[r * rows as usize + o];
-                assert!(
-                    (f64::from(got) - dot).abs() < 1e-3 * (1.0 + dot.abs()),
-                    "{ty:?} [{r},{o}]: {got} vs {dot}"
-                );
+        for m in [3usize, 8] {
+            let xa = Array::from_slice(&x[..m * cols as usize], &[m as i32, cols as i32]);
+            let y = host(&weight.matmul(&xa).expect("matmul"));
+            for r in 0..m {
+                for o in 0..rows as usize {
+                    let dot: f64 = (0..cols as usize)
+                        .map(|c| {
+                            f64::from(x[r * cols as usize + c])
+                                * f64::from(reference[o * cols as usize + c])
+                        })
+                        .sum();
+                    let got = y[r * rows as usize + o];
+                    assert!(
+                        (f64::from(got) - dot).abs() < 1e-3 * (1.0 + dot.abs()),
+                        "{ty:?} [{r},{o}]: {got} vs {dot}"
+                    );
+                }
             }
         }
 
