@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod run;
+mod train;
 
 #[derive(Parser)]
 #[command(
@@ -19,6 +20,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the larger variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Report the MLX runtime: version, backend, devices, BLAS, precision and memory.
@@ -29,6 +32,8 @@ enum Command {
     },
     /// Generate text from a GGUF model (the default model when none is given).
     Run(run::RunArgs),
+    /// Fine-tune LoRA adapters on a quantized GGUF model; writes llama.cpp's adapter format.
+    Train(train::TrainArgs),
     /// Summarise a GGUF file: version, architecture, metadata, tensors per codec.
     Inspect {
         /// The GGUF file (any shard of a split model).
@@ -69,6 +74,7 @@ fn main() -> ExitCode {
         Command::Env { json } => env(json),
         Command::Inspect { file, tensors } => inspect(&file, tensors),
         Command::Run(args) => run::run(args),
+        Command::Train(args) => train::train(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use gmlx_mlx::device::DeviceChoice;
 use gmlx_mlx::Dtype;
+use gmlx_models::adapter::Adapter;
 use gmlx_models::{chat, default_model, GenerateOptions, Generation, LoadOptions, SamplingParams};
 
 use crate::{usage, Failure};
@@ -72,6 +73,13 @@ pub struct RunArgs {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     ignore_eos: bool,
+    /// A LoRA adapter in llama.cpp's GGUF format (as `gmlx train` writes), applied live on
+    /// the quantized base: each adapted layer adds `scale·(x·Aᵀ)·Bᵀ`.
+    #[arg(long, value_name = "FILE")]
+    adapter: Option<PathBuf>,
+    /// Multiplies the adapter's `alpha / rank` scale (llama.cpp's `--lora-scaled`).
+    #[arg(long, default_value_t = 1.0, requires = "adapter")]
+    adapter_scale: f32,
 }
 
 fn parse_bias(s: &str) -> Result<(u32, f32), String> {
@@ -126,7 +134,19 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     };
     // A file that is not valid GGUF is a file error (2); what it asks for that gmlx cannot do
     // is a load refusal (1).
-    gmlx_gguf::GgufFile::open(&path).map_err(usage)?;
+    let base = gmlx_gguf::GgufFile::open(&path).map_err(usage)?;
+    // An adapter is checked against the base's header (architecture, targets, shapes) before
+    // any weight loads.
+    let adapter = match &args.adapter {
+        Some(file) => {
+            let refused = |e| usage(anyhow::anyhow!("adapter {}: {e}", file.display()));
+            let adapter = Adapter::read(file).map_err(refused)?;
+            adapter.check_base(&base).map_err(refused)?;
+            Some(adapter)
+        }
+        None => None,
+    };
+    drop(base);
     let plan = gmlx_models::plan(&path)?;
     if args.report_only {
         print!("{plan}");
@@ -134,7 +154,19 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     }
 
     eprintln!("gmlx: loading {} ({})", path.display(), plan.config.arch);
-    let loaded = gmlx_models::load(&path, &LoadOptions { device, dtype })?;
+    let mut loaded = gmlx_models::load(&path, &LoadOptions { device, dtype })?;
+    if let Some(adapter) = &adapter {
+        gmlx_models::adapter::apply(&mut loaded.model, adapter, args.adapter_scale)?;
+        eprintln!(
+            "gmlx: adapter {} applied live ({} layers, alpha {})",
+            args.adapter
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""))
+                .display(),
+            adapter.pairs.len(),
+            adapter.alpha
+        );
+    }
     eprintln!(
         "gmlx: loaded in {:.2} s on {:?}: {:.1} MiB of weights in memory",
         loaded.load_time.as_secs_f64(),

@@ -15,6 +15,7 @@
 //! # Ok(())
 //! # }
 //! ```
+pub mod adapter;
 pub mod arch;
 pub mod bench;
 pub mod blocks;

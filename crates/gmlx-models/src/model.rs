@@ -30,6 +30,12 @@ impl Model {
         &mut self.decoder.layers
     }
 
+    /// The decoder (embedding, blocks, final norm, head): training runs its own forward
+    /// over these parts.
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
+    }
+
     /// One empty KV cache per layer.
     pub fn new_caches(&self) -> Vec<KvCache> {
         (0..self.config.n_layers).map(|_| KvCache::new()).collect()

@@ -13,6 +13,29 @@ pub struct Lora {
     pub b: Array,
     /// `alpha / rank` (or an explicit scale).
     pub scale: f32,
+    /// Dropout on the adapter's input, in training only.
+    pub dropout: Option<LoraDropout>,
+}
+
+impl Lora {
+    /// An adapter for inference: no dropout.
+    pub fn new(a: Array, b: Array, scale: f32) -> Lora {
+        Lora {
+            a,
+            b,
+            scale,
+            dropout: None,
+        }
+    }
+}
+
+/// Dropout of the adapter's input `x`: each element kept with probability `1 - p` and scaled
+/// by `1 / (1 - p)`. The mask is drawn from `key`, so recomputing the same forward (gradient
+/// checkpointing) draws the same mask.
+#[derive(Debug, Clone)]
+pub struct LoraDropout {
+    pub p: f32,
+    pub key: Array,
 }
 
 #[derive(Debug, Clone)]
@@ -53,9 +76,25 @@ impl Linear {
     /// `scale·(x·Aᵀ)·Bᵀ` for an adapter that may differ from the one installed (training
     /// passes its parameters explicitly).
     pub fn lora_delta(&self, x: &Array, lora: &Lora) -> Result<Array> {
+        let out_dtype = x.dtype();
+        let dropped;
+        let x = match &lora.dropout {
+            Some(d) if d.p > 0.0 => {
+                let keep = Array::from_f32(1.0 - d.p);
+                let mask = gmlx_mlx::mlx_rs::random::bernoulli(&keep, x.shape(), &d.key)?;
+                dropped = x
+                    .multiply(mask.as_dtype(x.dtype())?)?
+                    .multiply(Array::from_f32(1.0 / (1.0 - d.p)).as_dtype(x.dtype())?)?;
+                &dropped
+            }
+            _ => x,
+        };
+        let x = &x.as_dtype(lora.a.dtype())?;
         let low = x.matmul(lora.a.t())?;
         let delta = low.matmul(lora.b.t())?;
-        Ok(delta.multiply(Array::from_f32(lora.scale))?)
+        Ok(delta
+            .multiply(Array::from_f32(lora.scale))?
+            .as_dtype(out_dtype)?)
     }
 
     pub fn arrays(&self) -> Vec<&Array> {

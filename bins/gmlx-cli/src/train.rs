@@ -1,0 +1,217 @@
+//! `gmlx train`: flags → validated config, data and output checked → load → train → adapter.
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clap::Args;
+use gmlx_mlx::device::DeviceChoice;
+use gmlx_models::{default_model, LoadOptions};
+use gmlx_train::{data, LoraConfig, OutputPlan, TrainConfig};
+
+use crate::{usage, Failure};
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// The GGUF base model, kept quantized; without it, the default model.
+    model: Option<PathBuf>,
+    /// Folder with train.jsonl (and optionally valid.jsonl): rows of {"text"}, {"messages"}
+    /// or {"prompt","completion"}.
+    #[arg(long, value_name = "DIR")]
+    data: PathBuf,
+    /// Where to write the adapter (llama.cpp's LoRA GGUF). An existing folder, or a path
+    /// ending in `/`, gets adapter.gguf inside it.
+    #[arg(long, value_name = "PATH")]
+    adapter_out: PathBuf,
+    /// LoRA rank.
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
+    rank: i64,
+    /// LoRA alpha; the adapter's scale is alpha / rank [default: 2 × rank].
+    #[arg(long, conflicts_with = "scale")]
+    alpha: Option<f32>,
+    /// The adapter's scale (alpha = scale × rank) [default: 2].
+    #[arg(long)]
+    scale: Option<f32>,
+    /// Dropout on each adapter's input, in [0, 1).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    dropout: f32,
+    /// Projections to adapt, comma-separated: attn_q, attn_k, attn_v, attn_output,
+    /// ffn_gate, ffn_up, ffn_down (or q_proj, k_proj, ... ) [default: all seven].
+    #[arg(long, value_delimiter = ',')]
+    keys: Vec<String>,
+    /// Adapt the top N blocks, or `all`.
+    #[arg(long, default_value = "all")]
+    num_layers: String,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 100)]
+    iters: usize,
+    /// Rows per micro-batch.
+    #[arg(long, default_value_t = 4)]
+    batch_size: usize,
+    /// Rows are cut to this many tokens.
+    #[arg(long, default_value_t = 2048)]
+    max_seq_length: usize,
+    /// Peak learning rate (linear warmup, then cosine decay to 0).
+    #[arg(long, default_value_t = 1e-4)]
+    learning_rate: f32,
+    /// Warmup steps [default: iters / 10].
+    #[arg(long)]
+    warmup: Option<usize>,
+    /// AdamW weight decay.
+    #[arg(long, default_value_t = 0.01)]
+    weight_decay: f32,
+    /// Micro-batches per optimizer step (gradients averaged).
+    #[arg(long, default_value_t = 1)]
+    grad_accum: usize,
+    /// Seed of the adapter init, row order and dropout.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Validate every N steps (0: only at the end).
+    #[arg(long, default_value_t = 50)]
+    val_every: usize,
+    /// Batches of valid.jsonl per validation.
+    #[arg(long, default_value_t = 8)]
+    val_batches: usize,
+    /// Print a progress line every N steps.
+    #[arg(long, default_value_t = 10)]
+    report_every: usize,
+    /// Train only on completions and assistant turns.
+    #[arg(long)]
+    mask_prompt: bool,
+    /// Recompute each block's activations in the backward pass (less memory, more compute).
+    #[arg(long)]
+    grad_checkpoint: bool,
+    /// auto (GPU when MLX has one), cpu or gpu.
+    #[arg(long, default_value = "auto")]
+    device: String,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+    // A second Ctrl-C ends the process at once.
+    // SAFETY: signal() is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+    }
+}
+
+fn config(args: &TrainArgs) -> Result<TrainConfig, Failure> {
+    let rank = usize::try_from(args.rank)
+        .ok()
+        .filter(|r| *r > 0)
+        .ok_or_else(|| {
+            usage(anyhow::anyhow!(
+                "--rank: must be at least 1, found {}",
+                args.rank
+            ))
+        })?;
+    let alpha = match (args.alpha, args.scale) {
+        (Some(a), _) => a,
+        (None, Some(s)) => s * rank as f32,
+        (None, None) => 2.0 * rank as f32,
+    };
+    let num_layers = match args.num_layers.as_str() {
+        "all" => None,
+        n => Some(n.parse::<usize>().map_err(|_| {
+            usage(anyhow::anyhow!(
+                "--num-layers: expected a count or `all`, found {n:?}"
+            ))
+        })?),
+    };
+    let defaults = LoraConfig::default();
+    let lora = LoraConfig {
+        rank,
+        alpha,
+        dropout: args.dropout,
+        keys: if args.keys.is_empty() {
+            defaults.keys
+        } else {
+            args.keys.clone()
+        },
+        num_layers,
+    };
+    TrainConfig {
+        lora,
+        iters: args.iters,
+        batch_size: args.batch_size,
+        max_seq_length: args.max_seq_length,
+        learning_rate: args.learning_rate,
+        warmup: args.warmup,
+        weight_decay: args.weight_decay,
+        grad_accum: args.grad_accum,
+        seed: args.seed,
+        val_every: args.val_every,
+        val_batches: args.val_batches,
+        report_every: args.report_every,
+        mask_prompt: args.mask_prompt,
+        grad_checkpoint: args.grad_checkpoint,
+    }
+    .validate()
+    .map_err(usage)
+}
+
+pub fn train(args: TrainArgs) -> Result<(), Failure> {
+    // Everything the user gave is checked before the base model is fetched or loaded.
+    let config = config(&args)?;
+    let device: DeviceChoice = args.device.parse().map_err(usage)?;
+    let dataset = data::read_dir(&args.data).map_err(usage)?;
+    let out = OutputPlan::resolve(&args.adapter_out).map_err(usage)?;
+    let path = match &args.model {
+        Some(p) if p.is_file() => p.clone(),
+        Some(p) => return Err(usage(anyhow::anyhow!("{}: no such file", p.display()))),
+        None => default_model::fetch()?,
+    };
+    gmlx_gguf::GgufFile::open(&path).map_err(usage)?;
+    let plan = gmlx_models::plan(&path)?;
+
+    // SAFETY: installs a handler that only stores to an atomic and resets the disposition.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+    eprintln!("gmlx: loading {} ({})", path.display(), plan.config.arch);
+    let mut loaded = gmlx_models::load(
+        &path,
+        &LoadOptions {
+            device,
+            ..LoadOptions::default()
+        },
+    )?;
+    eprintln!(
+        "gmlx: {:.1} MiB of weights, kept quantized; training {} rows{}",
+        loaded.weight_bytes as f64 / (1024.0 * 1024.0),
+        dataset.train.len(),
+        if dataset.valid.is_empty() {
+            String::new()
+        } else {
+            format!(", validating on {}", dataset.valid.len())
+        }
+    );
+    let trained = gmlx_train::train(
+        &mut loaded.model,
+        &loaded.tokenizer,
+        &dataset,
+        &config,
+        &mut |p| eprintln!("gmlx: {p}"),
+        &STOP,
+    )
+    .map_err(|e| match e {
+        gmlx_train::Error::Interrupted { .. } => Failure {
+            code: 130,
+            error: e.into(),
+        },
+        e => e.into(),
+    })?;
+    out.write(&trained.adapter)?;
+    eprintln!("gmlx: {}", trained.summary);
+    eprintln!(
+        "gmlx: wrote {} ({} tensor pairs, rank {}, alpha {})",
+        out.file.display(),
+        trained.adapter.pairs.len(),
+        config.lora.rank,
+        config.lora.alpha
+    );
+    Ok(())
+}

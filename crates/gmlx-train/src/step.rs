@@ -1,0 +1,227 @@
+//! The training forward: the frozen, quantized model with the LoRA parameters passed in
+//! explicitly (so MLX's transforms can differentiate with respect to them), and the loss.
+use gmlx_mlx::checkpoint::Checkpointed;
+use gmlx_mlx::mlx_rs::error::Exception;
+use gmlx_mlx::mlx_rs::random;
+use gmlx_mlx::{Array, Dtype};
+use gmlx_models::blocks::decoder::DecoderLayer;
+use gmlx_models::blocks::linear::{Lora, LoraDropout};
+use gmlx_models::cache::KvCache;
+use gmlx_models::Model;
+
+use crate::data::Example;
+use crate::error::Result;
+use crate::lora::LoraSet;
+
+/// A padded micro-batch: `inputs[b, t]` predicts `targets[b, t]`; only the positions with
+/// weight 1 (not padding, not a masked prompt token) count in the loss, and only their logits
+/// are computed: `positions` indexes them in the flattened `[batch × len]` grid and `labels`
+/// holds their tokens.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub inputs: Array,
+    pub targets: Array,
+    pub weights: Array,
+    pub positions: Array,
+    pub labels: Array,
+    /// Hidden states entering block `start` (the frozen blocks below it already run), when
+    /// they were cached: `(start, [batch, len, hidden])`.
+    pub prefix: Option<(usize, Array)>,
+    /// Tokens fed (without padding).
+    pub n_tokens: usize,
+    /// Positions that count in the loss.
+    pub n_targets: usize,
+}
+
+impl Batch {
+    pub fn new(examples: &[&Example]) -> Batch {
+        let len = examples
+            .iter()
+            .map(|e| e.ids.len() - 1)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let rows = examples.len();
+        let mut inputs = vec![0u32; rows * len];
+        let mut targets = vec![0u32; rows * len];
+        let mut weights = vec![0f32; rows * len];
+        let (mut n_tokens, mut n_targets) = (0, 0);
+        let (mut positions, mut labels) = (Vec::new(), Vec::new());
+        for (r, e) in examples.iter().enumerate() {
+            let n = e.ids.len() - 1;
+            n_tokens += n;
+            for t in 0..n {
+                inputs[r * len + t] = e.ids[t];
+                targets[r * len + t] = e.ids[t + 1];
+                if e.target[t + 1] {
+                    weights[r * len + t] = 1.0;
+                    n_targets += 1;
+                    positions.push((r * len + t) as u32);
+                    labels.push(e.ids[t + 1]);
+                }
+            }
+        }
+        let shape = [rows as i32, len as i32];
+        Batch {
+            inputs: Array::from_slice(&inputs, &shape),
+            targets: Array::from_slice(&targets, &shape),
+            weights: Array::from_slice(&weights, &shape),
+            positions: Array::from_slice(&positions, &[positions.len() as i32]),
+            labels: Array::from_slice(&labels, &[labels.len() as i32]),
+            prefix: None,
+            n_tokens,
+            n_targets,
+        }
+    }
+
+    /// Attaches cached hidden states entering block `start`: one `[1, n, hidden]` array per
+    /// example (`n` = its input length), padded here to the batch's length.
+    pub fn with_prefix(mut self, start: usize, rows: &[&Array]) -> Result<Batch> {
+        let len = self.inputs.shape()[1];
+        let mut padded = Vec::with_capacity(rows.len());
+        for h in rows {
+            let (n, hidden) = (h.shape()[1], h.shape()[2]);
+            padded.push(if n < len {
+                let pad = gmlx_mlx::ops::zeros_dtype(&[1, len - n, hidden], h.dtype())?;
+                gmlx_mlx::ops::concatenate(&[(*h).clone(), pad], 1)?
+            } else {
+                (*h).clone()
+            });
+        }
+        self.prefix = Some((start, gmlx_mlx::ops::concatenate(&padded, 0)?));
+        Ok(self)
+    }
+}
+
+/// Runs the frozen blocks `0..end` on `ids` (one row): the hidden states entering block `end`.
+/// No adapter sits in these blocks, so the result is a constant of training.
+pub fn frozen_prefix(model: &Model, ids: &[u32], end: usize) -> Result<Array> {
+    let decoder = model.decoder();
+    let tokens = Array::from_slice(ids, &[1, ids.len() as i32]);
+    let mut x = decoder.token_embd.rows(&tokens)?.as_dtype(decoder.dtype)?;
+    for layer in &decoder.layers[..end] {
+        x = layer.forward(&x, &mut KvCache::new())?;
+    }
+    x.eval()?;
+    Ok(x)
+}
+
+/// How one forward runs.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardOptions {
+    /// Run each adapted block under MLX's checkpoint transform.
+    pub checkpoint: bool,
+    /// Adapter-input dropout and the seed of its masks (`None`: no dropout, as in validation).
+    pub dropout: Option<(f32, u64)>,
+}
+
+fn exception(e: gmlx_models::Error) -> Exception {
+    Exception::custom(e.to_string())
+}
+
+/// One block with the given LoRA parameters installed: inputs `[x, a0, b0, a1, b1, ...]`,
+/// output `[block(x)]`. Owns what it needs, so it can live inside MLX's graph.
+fn block_fn(
+    layer: DecoderLayer,
+    slots: Vec<usize>,
+    scale: f32,
+    dropout: Option<(f32, Vec<Array>)>,
+) -> impl FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exception> + 'static {
+    move |inputs: &[Array]| {
+        let mut layer = layer.clone();
+        {
+            let mut linears = layer.linears_mut();
+            for (k, &slot) in slots.iter().enumerate() {
+                linears[slot].lora = Some(Lora {
+                    a: inputs[1 + 2 * k].clone(),
+                    b: inputs[2 + 2 * k].clone(),
+                    scale,
+                    dropout: dropout.as_ref().map(|(p, keys)| LoraDropout {
+                        p: *p,
+                        key: keys[k].clone(),
+                    }),
+                });
+            }
+        }
+        let y = layer
+            .forward(&inputs[0], &mut KvCache::new())
+            .map_err(exception)?;
+        Ok(vec![y])
+    }
+}
+
+/// Mean cross-entropy over the batch's target positions, as a function of `params` (the
+/// [`LoraSet`]'s layout). The base weights are constants of the graph: no gradient reaches
+/// them and none is computed for them.
+pub fn loss(
+    model: &Model,
+    set: &LoraSet,
+    params: &[Array],
+    batch: &Batch,
+    options: ForwardOptions,
+) -> Result<Array> {
+    let decoder = model.decoder();
+    let by_layer = set.by_layer(decoder.layers.len());
+    let (start, mut x) = match &batch.prefix {
+        Some((start, h)) => (*start, h.clone()),
+        None => (
+            0,
+            decoder
+                .token_embd
+                .rows(&batch.inputs)?
+                .as_dtype(decoder.dtype)?,
+        ),
+    };
+    for (li, (layer, targets)) in decoder.layers.iter().zip(&by_layer).enumerate() {
+        if li < start {
+            continue;
+        }
+        if targets.is_empty() {
+            x = layer.forward(&x, &mut KvCache::new())?;
+            continue;
+        }
+        let dropout = match options.dropout {
+            Some((p, seed)) if p > 0.0 => {
+                let keys = targets
+                    .iter()
+                    .map(|&(slot, _)| {
+                        random::key(seed ^ ((li as u64) << 32) ^ ((slot as u64) << 48))
+                    })
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                Some((p, keys))
+            }
+            _ => None,
+        };
+        let mut inputs = Vec::with_capacity(1 + 2 * targets.len());
+        inputs.push(x);
+        for &(_, t) in targets {
+            inputs.push(params[2 * t].clone());
+            inputs.push(params[2 * t + 1].clone());
+        }
+        let slots = targets.iter().map(|&(slot, _)| slot).collect();
+        let mut f = block_fn(layer.clone(), slots, set.scale, dropout);
+        let mut out = if options.checkpoint {
+            Checkpointed::new(f)?.apply(&inputs)?
+        } else {
+            f(&inputs)?
+        };
+        x = out.remove(0);
+    }
+    // Only the target positions go through the output head, the costliest matmul.
+    let hidden = x.shape()[2];
+    let x = x.reshape(&[-1, hidden])?.take_axis(&batch.positions, 0)?;
+    let x = decoder.output_norm.forward(&x)?;
+    let head = decoder.output.as_ref().unwrap_or(&decoder.token_embd);
+    let logits = head.matmul(&x)?.as_dtype(Dtype::Float32)?;
+    cross_entropy(&logits, &batch.labels)
+}
+
+/// Mean of `logsumexp(logits) − logits[label]` over rows: `logits [n, vocab]`, `labels [n]`.
+pub fn cross_entropy(logits: &Array, labels: &Array) -> Result<Array> {
+    let n = labels.shape()[0];
+    let lse = logits.logsumexp_axis(-1, false)?;
+    let picked = logits
+        .take_along_axis(labels.reshape(&[n, 1])?, -1)?
+        .reshape(&[n])?;
+    Ok(lse.subtract(&picked)?.mean(None)?)
+}
