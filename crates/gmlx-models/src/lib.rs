@@ -1,17 +1,19 @@
 //! GGUF language models on MLX: load a file, generate text.
 //!
-//! ```no_run
-//! use gmlx_models::{load, GenerateOptions, Generation, LoadOptions};
+//! ```
+//! use gmlx_models::{default_model, load, GenerateOptions, Generation, LoadOptions};
 //!
 //! # fn main() -> gmlx_models::Result<()> {
-//! let loaded = load("SmolLM2-135M-Instruct.Q4_1.gguf", &LoadOptions::default())?;
+//! // SmolLM2-135M-Instruct Q4_1, downloaded once into the cache; any GGUF path works
+//! let path = default_model::fetch()?;
+//! let loaded = load(&path, &LoadOptions::default())?;
 //! let prompt = loaded.tokenizer.encode("The capital of France is", true, false)?;
 //! let options = GenerateOptions { max_tokens: 16, ..Default::default() };
 //! let mut text = String::new();
 //! for piece in Generation::new(&loaded.model, &loaded.tokenizer, &prompt, options)? {
 //!     text.push_str(&piece?.text);
 //! }
-//! println!("{text}");
+//! assert!(text.starts_with(" Paris."), "{text}");
 //! # Ok(())
 //! # }
 //! ```
