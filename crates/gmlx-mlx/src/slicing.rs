@@ -5,56 +5,62 @@ use mlx_rs::{Array, Stream};
 use crate::error::Result;
 use crate::runtime::check;
 
-fn unit_strides(n: usize) -> Vec<i32> {
-    vec![1; n]
-}
-
 /// `a[start[0]..stop[0], start[1]..stop[1], ...]`.
 pub fn slice(a: &Array, start: &[i32], stop: &[i32]) -> Result<Array> {
-    let strides = unit_strides(start.len());
-    let stream = Stream::thread_local_or_default();
-    // SAFETY: every pointer/length pair describes a live slice; the result handle is owned by
-    // the returned Array.
-    unsafe {
-        let mut res = mlx_sys::mlx_array_new();
-        let code = mlx_sys::mlx_slice(
-            &mut res,
-            a.as_ptr(),
-            start.as_ptr(),
-            start.len(),
-            stop.as_ptr(),
-            stop.len(),
-            strides.as_ptr(),
-            strides.len(),
-            stream.as_ptr(),
-        );
-        let out = Array::from_ptr(res);
-        check("mlx_slice", code)?;
-        Ok(out)
-    }
+    bounded("mlx_slice", start, stop, |res, strides, stream| {
+        // SAFETY: every pointer/length pair describes a live slice for the call.
+        unsafe {
+            mlx_sys::mlx_slice(
+                res,
+                a.as_ptr(),
+                start.as_ptr(),
+                start.len(),
+                stop.as_ptr(),
+                stop.len(),
+                strides.as_ptr(),
+                strides.len(),
+                stream,
+            )
+        }
+    })
 }
 
 /// `src` with `src[start..stop] = update` (a new array; MLX reuses the buffer when it can).
 pub fn slice_update(src: &Array, update: &Array, start: &[i32], stop: &[i32]) -> Result<Array> {
-    let strides = unit_strides(start.len());
+    bounded("mlx_slice_update", start, stop, |res, strides, stream| {
+        // SAFETY: as in `slice`.
+        unsafe {
+            mlx_sys::mlx_slice_update(
+                res,
+                src.as_ptr(),
+                update.as_ptr(),
+                start.as_ptr(),
+                start.len(),
+                stop.as_ptr(),
+                stop.len(),
+                strides.as_ptr(),
+                strides.len(),
+                stream,
+            )
+        }
+    })
+}
+
+/// Runs one unit-stride slicing call into a fresh result array.
+fn bounded(
+    call: &'static str,
+    start: &[i32],
+    stop: &[i32],
+    op: impl FnOnce(&mut mlx_sys::mlx_array, &[i32], mlx_sys::mlx_stream) -> i32,
+) -> Result<Array> {
+    debug_assert_eq!(start.len(), stop.len());
+    let strides = vec![1; start.len()];
     let stream = Stream::thread_local_or_default();
-    // SAFETY: as in `slice`.
-    unsafe {
-        let mut res = mlx_sys::mlx_array_new();
-        let code = mlx_sys::mlx_slice_update(
-            &mut res,
-            src.as_ptr(),
-            update.as_ptr(),
-            start.as_ptr(),
-            start.len(),
-            stop.as_ptr(),
-            stop.len(),
-            strides.as_ptr(),
-            strides.len(),
-            stream.as_ptr(),
-        );
-        let out = Array::from_ptr(res);
-        check("mlx_slice_update", code)?;
-        Ok(out)
-    }
+    // SAFETY: the result handle is created here and owned by the returned Array.
+    let mut res = unsafe { mlx_sys::mlx_array_new() };
+    let code = op(&mut res, &strides, stream.as_ptr());
+    // SAFETY: `res` is a valid (possibly empty) handle either way; the Array frees it.
+    let out = unsafe { Array::from_ptr(res) };
+    check(call, code)?;
+    Ok(out)
 }

@@ -12,41 +12,8 @@ pub struct Weights<'f> {
 }
 
 impl Weights<'_> {
-    /// A `[rows, cols]` matrix (GGUF dims `[cols, rows]`).
-    pub fn matrix(&self, name: &str, rows: i32, cols: i32) -> Result<QuantWeight> {
-        let info = self.file.tensor(name).map_err(|_| Error::MissingTensor {
-            name: name.to_owned(),
-        })?;
-        let expected = vec![cols as u64, rows as u64];
-        if info.dims != expected {
-            return Err(Error::TensorShape {
-                name: name.to_owned(),
-                found: info.dims.clone(),
-                expected,
-            });
-        }
-        Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?)
-    }
-
-    /// A stack of `experts` matrices `[rows, cols]` (GGUF dims `[cols, rows, experts]`).
-    pub fn experts(&self, name: &str, experts: i32, rows: i32, cols: i32) -> Result<QuantWeight> {
-        let info = self.file.tensor(name).map_err(|_| Error::MissingTensor {
-            name: name.to_owned(),
-        })?;
-        let expected = vec![cols as u64, rows as u64, experts as u64];
-        if info.dims != expected {
-            return Err(Error::TensorShape {
-                name: name.to_owned(),
-                found: info.dims.clone(),
-                expected,
-            });
-        }
-        Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?)
-    }
-
-    /// A dense array of the given GGUF dims (biases, sinks), in the activation dtype, with
-    /// the row-major shape (dims reversed).
-    pub fn array(&self, name: &str, dims: &[u64]) -> Result<gmlx_mlx::Array> {
+    /// The tensor `name`, which must have exactly `dims` (GGUF order).
+    fn checked(&self, name: &str, dims: &[u64]) -> Result<&gmlx_gguf::TensorInfo> {
         let info = self.file.tensor(name).map_err(|_| Error::MissingTensor {
             name: name.to_owned(),
         })?;
@@ -57,6 +24,25 @@ impl Weights<'_> {
                 expected: dims.to_vec(),
             });
         }
+        Ok(info)
+    }
+
+    /// A `[rows, cols]` matrix (GGUF dims `[cols, rows]`).
+    pub fn matrix(&self, name: &str, rows: i32, cols: i32) -> Result<QuantWeight> {
+        let info = self.checked(name, &[cols as u64, rows as u64])?;
+        Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?)
+    }
+
+    /// A stack of `experts` matrices `[rows, cols]` (GGUF dims `[cols, rows, experts]`).
+    pub fn experts(&self, name: &str, experts: i32, rows: i32, cols: i32) -> Result<QuantWeight> {
+        let info = self.checked(name, &[cols as u64, rows as u64, experts as u64])?;
+        Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?)
+    }
+
+    /// A dense array of the given GGUF dims (biases, sinks), in the activation dtype, with
+    /// the row-major shape (dims reversed).
+    pub fn array(&self, name: &str, dims: &[u64]) -> Result<gmlx_mlx::Array> {
+        self.checked(name, dims)?;
         let values = self.file.dequantize(name)?;
         let shape: Vec<i32> = dims.iter().rev().map(|&d| d as i32).collect();
         Ok(gmlx_mlx::Array::from_slice(&values, &shape).as_dtype(self.dtype)?)
@@ -73,16 +59,7 @@ impl Weights<'_> {
 
     /// An RMSNorm of `len` features.
     pub fn rms_norm(&self, name: &str, len: i32, eps: f32) -> Result<RmsNorm> {
-        let info = self.file.tensor(name).map_err(|_| Error::MissingTensor {
-            name: name.to_owned(),
-        })?;
-        if info.dims != [len as u64] {
-            return Err(Error::TensorShape {
-                name: name.to_owned(),
-                found: info.dims.clone(),
-                expected: vec![len as u64],
-            });
-        }
+        let info = self.checked(name, &[len as u64])?;
         let w = QuantWeight::from_gguf(self.file, info, self.dtype)?;
         let weight = w.as_dense().cloned().ok_or_else(|| Error::TensorShape {
             name: name.to_owned(),
