@@ -127,3 +127,48 @@ fn gradient_checkpointing_gives_the_same_gradients() {
     assert!((loss_plain - loss_ck).abs() <= 1e-5 * loss_plain.abs().max(1.0));
     assert!(rel <= 1e-5, "checkpointed gradients differ by {rel:e}");
 }
+
+/// The op-level check, independent of which product `QuantWeight::matmul` picks on this device
+/// (on the CPU it may dequantize for speed): LoRA gradients through MLX's `quantized_matmul`
+/// equal those through a dense matmul of the dequantized weight.
+#[test]
+fn lora_gradients_through_the_quantized_matmul_op_match_dense() {
+    use gmlx_mlx::mlx_rs::error::Exception;
+    use gmlx_mlx::mlx_rs::{ops, random, transforms};
+    let key = |k| random::key(k).expect("key");
+    let w = random::normal::<f32>(&[32, 128][..], None, None, &key(1)).expect("w");
+    let (wq, scales, biases) = ops::quantize(&w, 32, 4).expect("quantize");
+    let dense = ops::dequantize(&wq, &scales, &biases, 32, 4).expect("dequantize");
+    let x = random::normal::<f32>(&[2, 5, 128][..], None, None, &key(2)).expect("x");
+    let a = random::normal::<f32>(&[4, 128][..], 0.0, 0.1, &key(3)).expect("a");
+    let b = random::normal::<f32>(&[32, 4][..], 0.0, 0.1, &key(4)).expect("b");
+    let loss = |base: Array, a: &Array, b: &Array, x: &Array| -> Result<Array, Exception> {
+        let delta = x
+            .matmul(a.t())?
+            .matmul(b.t())?
+            .multiply(Array::from_f32(2.0))?;
+        base.add(delta)?.sin()?.sum(None)
+    };
+    let argnums: &[i32] = &[0, 1];
+    let (xq, xd) = (x.clone(), x.clone());
+    let mut quantized = transforms::value_and_grad_with_argnums(
+        |p: &[Array]| -> Result<Vec<Array>, Exception> {
+            let base = ops::quantized_matmul(&xq, &wq, &scales, &biases, true, 32, 4)?;
+            Ok(vec![loss(base, &p[0], &p[1], &xq)?])
+        },
+        argnums,
+    );
+    let mut reference = transforms::value_and_grad_with_argnums(
+        |p: &[Array]| -> Result<Vec<Array>, Exception> {
+            let base = xd.matmul(dense.t())?;
+            Ok(vec![loss(base, &p[0], &p[1], &xd)?])
+        },
+        argnums,
+    );
+    let (_, gq) = quantized(&[a.clone(), b.clone()]).expect("quantized grads");
+    let (_, gd) = reference(&[a, b]).expect("dense grads");
+    assert_eq!(gq.len(), 2, "only the LoRA arrays are differentiated");
+    let rel = max_rel_diff(&gq, &gd);
+    eprintln!("op-level max relative gradient difference {rel:e}");
+    assert!(rel < 1e-4, "{rel:e}");
+}

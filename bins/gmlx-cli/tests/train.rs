@@ -1,0 +1,414 @@
+//! `gmlx train` and `gmlx run --adapter` end to end: refusals before load (exit 2, one line,
+//! nothing left behind), adapter-file rejections, a run that learns a made-up fact, and the
+//! written adapter read back by gguf-py's `GGUFReader`.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn gmlx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gmlx"))
+        .args(args)
+        .output()
+        .expect("run gmlx")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn default_model() -> String {
+    gmlx_models::default_model::fetch()
+        .expect("the default model")
+        .display()
+        .to_string()
+}
+
+fn data_dir() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/made-up-fact").to_owned()
+}
+
+/// A fresh, empty scratch folder for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gmlx-train-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch");
+    dir
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Exit code 2, a one-line message containing `needle`.
+fn assert_refused(out: &Output, needle: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains(needle), "{needle:?} not in {err:?}");
+}
+
+#[test]
+fn refusals_come_before_the_model_loads_and_leave_nothing_behind() {
+    let dir = scratch("refusals");
+    let data = dir.join("data");
+    std::fs::create_dir(&data).expect("data dir");
+    let out_path = dir.join("out/");
+    let out = out_path.to_string_lossy().into_owned();
+    let data_s = data.to_string_lossy().into_owned();
+    let model = default_model();
+    let train = |extra: &[&str], data: &str, out: &str| {
+        let mut args = vec![
+            "train",
+            model.as_str(),
+            "--data",
+            data,
+            "--adapter-out",
+            out,
+        ];
+        args.extend_from_slice(extra);
+        gmlx(&args)
+    };
+
+    let missing = dir.join("nope").to_string_lossy().into_owned();
+    assert_refused(&train(&[], &missing, &out), "does not exist");
+    assert_refused(&train(&[], &data_s, &out), "train.jsonl");
+
+    std::fs::write(
+        data.join("train.jsonl"),
+        "{\"text\": \"fine\"}\n{\"prompt\": \"no completion\"}\n",
+    )
+    .expect("write");
+    assert_refused(
+        &train(&[], &data_s, &out),
+        "train.jsonl:2: missing \"completion\"",
+    );
+    std::fs::write(data.join("train.jsonl"), "{\"text\": \"fine\"}\n").expect("write");
+    std::fs::write(data.join("valid.jsonl"), "not json\n").expect("write");
+    assert_refused(&train(&[], &data_s, &out), "valid.jsonl:1: not valid JSON");
+    std::fs::remove_file(data.join("valid.jsonl")).expect("rm");
+
+    let ok = data_dir();
+    assert_refused(&train(&["--rank", "0"], &ok, &out), "--rank");
+    assert_refused(&train(&["--rank", "-3"], &ok, &out), "--rank");
+    assert_refused(&train(&["--dropout", "1"], &ok, &out), "--dropout");
+    assert_refused(&train(&["--dropout", "-0.1"], &ok, &out), "--dropout");
+    assert_refused(&train(&["--keys", "wq"], &ok, &out), "--keys");
+    let unwritable = dir.join("no/such/folder/a.gguf");
+    assert_refused(
+        &train(&[], &ok, &unwritable.to_string_lossy()),
+        "does not exist",
+    );
+
+    // Nothing was created: no out/ folder, no stray files.
+    assert_eq!(listing(&dir), vec!["data".to_owned()]);
+    std::fs::remove_dir_all(&dir).expect("rm");
+}
+
+#[test]
+fn a_run_that_fails_after_loading_leaves_nothing_behind() {
+    let dir = scratch("fails");
+    let data = dir.join("data");
+    std::fs::create_dir(&data).expect("data dir");
+    // Rows that parse but leave nothing to train on (under two tokens each).
+    std::fs::write(data.join("train.jsonl"), "{\"text\": \"\"}\n").expect("write");
+    let out_dir = format!("{}/out/", dir.display());
+    let o = gmlx(&[
+        "train",
+        &default_model(),
+        "--data",
+        &data.to_string_lossy(),
+        "--adapter-out",
+        &out_dir,
+        "--iters",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no rows"), "{}", stderr(&o));
+    assert_eq!(listing(&dir), vec!["data".to_owned()]);
+    std::fs::remove_dir_all(&dir).expect("rm");
+}
+
+fn write_adapter(path: &Path, edit: impl FnOnce(&mut gmlx_gguf::GgufWriter<'static>)) {
+    let mut w = gmlx_gguf::GgufWriter::new();
+    edit(&mut w);
+    w.write_to_path(path).expect("write adapter");
+}
+
+#[test]
+fn adapter_files_are_checked_before_the_model_loads() {
+    let dir = scratch("adapters");
+    let model = default_model();
+    let kv = |w: &mut gmlx_gguf::GgufWriter<'static>, k: &str, v: &str| w.add_kv(k, v).expect("kv");
+    let header = |w: &mut gmlx_gguf::GgufWriter<'static>, arch: &str, alpha: bool| {
+        kv(w, "general.architecture", arch);
+        kv(w, "general.type", "adapter");
+        kv(w, "adapter.type", "lora");
+        if alpha {
+            w.add_kv("adapter.lora.alpha", 16.0f32).expect("alpha");
+        }
+    };
+    // SmolLM2-135M: hidden 576, so attn_q is [576, 576].
+    let pair = |w: &mut gmlx_gguf::GgufWriter<'static>, target: &str, a: bool, b: bool| {
+        if a {
+            w.add_f32(&format!("{target}.lora_a"), &[576, 2], &[0.0; 1152])
+                .expect("a");
+        }
+        if b {
+            w.add_f32(&format!("{target}.lora_b"), &[2, 576], &[0.0; 1152])
+                .expect("b");
+        }
+    };
+    let q = "blk.0.attn_q.weight";
+    let cases: Vec<(
+        &str,
+        Box<dyn FnOnce(&mut gmlx_gguf::GgufWriter<'static>)>,
+        &str,
+    )> = vec![
+        (
+            "type",
+            Box::new(|w| {
+                kv(w, "general.architecture", "llama");
+                kv(w, "general.type", "model");
+            }),
+            "general.type",
+        ),
+        (
+            "kind",
+            Box::new(|w| {
+                kv(w, "general.architecture", "llama");
+                kv(w, "general.type", "adapter");
+                kv(w, "adapter.type", "control_vector");
+            }),
+            "adapter.type",
+        ),
+        (
+            "alpha",
+            Box::new(move |w| {
+                header(w, "llama", false);
+                pair(w, q, true, true);
+            }),
+            "adapter.lora.alpha",
+        ),
+        (
+            "arch",
+            Box::new(move |w| {
+                header(w, "qwen3", true);
+                pair(w, q, true, true);
+            }),
+            "does not match",
+        ),
+        (
+            "half",
+            Box::new(move |w| {
+                header(w, "llama", true);
+                pair(w, q, true, false);
+            }),
+            "lora_b is missing",
+        ),
+        (
+            "target",
+            Box::new(|w| {
+                header(w, "llama", true);
+                pair(w, "blk.99.attn_q.weight", true, true);
+            }),
+            "does not exist in the base model",
+        ),
+    ];
+    for (name, edit, needle) in cases {
+        let path = dir.join(format!("{name}.gguf"));
+        write_adapter(&path, edit);
+        let o = gmlx(&[
+            "run",
+            &model,
+            "--raw",
+            "--prompt",
+            "hi",
+            "-n",
+            "1",
+            "--adapter",
+            &path.to_string_lossy(),
+        ]);
+        assert_refused(&o, needle);
+        assert!(!stderr(&o).contains("loading"), "refused after loading");
+    }
+    std::fs::remove_dir_all(&dir).expect("rm");
+}
+
+fn python() -> PathBuf {
+    let p = std::env::var_os("GMLX_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/gmlx/pyenv/bin/python")
+        });
+    assert!(
+        p.is_file(),
+        "no Python with gguf at {} (set GMLX_PYTHON to a python that can `import gguf`)",
+        p.display()
+    );
+    p
+}
+
+/// The adapter as gguf-py's GGUFReader sees it: key types and values, tensor shapes.
+fn read_with_gguf_py(path: &Path) -> serde_json::Value {
+    let script = r#"
+import json, sys
+from gguf import GGUFReader
+r = GGUFReader(sys.argv[1])
+kv = {}
+for f in r.fields.values():
+    if f.name.startswith("GGUF."):
+        continue
+    kv[f.name] = {"type": f.types[0].name, "value": f.contents()}
+tensors = {t.name: {"type": t.tensor_type.name, "shape": [int(d) for d in t.shape],
+                    "numpy": list(t.data.shape)} for t in r.tensors}
+print(json.dumps({"kv": kv, "tensors": tensors}))
+"#;
+    let out = Command::new(python())
+        .args(["-c", script, &path.to_string_lossy()])
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "gguf-py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+#[test]
+fn training_learns_a_made_up_fact_and_run_applies_the_adapter_live() {
+    let dir = scratch("learns");
+    let model = default_model();
+    let out_dir = format!("{}/adapters/", dir.display());
+    let t = gmlx(&[
+        "train",
+        &model,
+        "--data",
+        &data_dir(),
+        "--adapter-out",
+        &out_dir,
+        "--rank",
+        "8",
+        "--num-layers",
+        "2",
+        "--iters",
+        "24",
+        "--batch-size",
+        "2",
+        "--learning-rate",
+        "1e-2",
+        "--report-every",
+        "6",
+        "--val-every",
+        "0",
+        "--seed",
+        "1",
+    ]);
+    let log = stderr(&t);
+    eprintln!("{log}");
+    assert!(t.status.success(), "{log}");
+    assert!(
+        log.contains("step 6/24  train loss"),
+        "progress lines: {log}"
+    );
+    assert!(log.contains("tok/s") && log.contains("peak"), "{log}");
+
+    // The summary: "train loss A -> B, val loss C -> D".
+    let summary = log
+        .lines()
+        .find(|l| l.contains("trained 24 steps"))
+        .expect("summary line");
+    let losses: Vec<f32> = summary
+        .split(" -> ")
+        .flat_map(|s| s.split([' ', ',', ';']))
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let numbers_after = |label: &str| -> (f32, f32) {
+        let rest = &summary[summary.find(label).expect(label) + label.len()..];
+        let mut it = rest
+            .split([' ', ',', ';'])
+            .filter_map(|w| w.parse::<f32>().ok());
+        (it.next().expect("before"), it.next().expect("after"))
+    };
+    let (train_before, train_after) = numbers_after("train loss ");
+    let (val_before, val_after) = numbers_after("val loss ");
+    assert!(!losses.is_empty());
+    assert!(
+        train_after < 0.5 * train_before,
+        "train loss {train_before} -> {train_after}"
+    );
+    assert!(
+        val_after < 0.5 * val_before,
+        "val loss {val_before} -> {val_after}"
+    );
+
+    let adapter = PathBuf::from(&out_dir).join("adapter.gguf");
+    assert!(adapter.is_file());
+    assert_eq!(
+        listing(Path::new(&out_dir)),
+        vec!["adapter.gguf".to_owned()]
+    );
+
+    // gguf-py reads it with llama.cpp's keys, types and shapes.
+    let g = read_with_gguf_py(&adapter);
+    assert_eq!(g["kv"]["general.type"]["value"], "adapter");
+    assert_eq!(g["kv"]["adapter.type"]["value"], "lora");
+    assert_eq!(g["kv"]["general.architecture"]["value"], "llama");
+    assert_eq!(g["kv"]["adapter.lora.alpha"]["type"], "FLOAT32");
+    assert_eq!(g["kv"]["adapter.lora.alpha"]["value"], 16.0);
+    let tensors = g["tensors"].as_object().expect("tensors");
+    assert_eq!(
+        tensors.len(),
+        2 * 7 * 2,
+        "7 projections x 2 blocks, a and b"
+    );
+    let a = &tensors["blk.29.attn_q.weight.lora_a"];
+    let b = &tensors["blk.29.attn_q.weight.lora_b"];
+    assert_eq!(a["type"], "F32");
+    assert_eq!(
+        a["numpy"],
+        serde_json::json!([8, 576]),
+        "lora_a is [rank, in]"
+    );
+    assert_eq!(
+        b["numpy"],
+        serde_json::json!([576, 8]),
+        "lora_b is [out, rank]"
+    );
+    let down_b = &tensors["blk.28.ffn_down.weight.lora_b"];
+    assert_eq!(down_b["numpy"], serde_json::json!([576, 8]));
+    let down_a = &tensors["blk.28.ffn_down.weight.lora_a"];
+    assert_eq!(down_a["numpy"], serde_json::json!([8, 1536]));
+
+    // Applied live, the adapter turns the base model's answer into the trained one.
+    let ask = |adapter: Option<&Path>| {
+        let mut args = vec![
+            "run".to_owned(),
+            model.clone(),
+            "--raw".into(),
+            "--prompt".into(),
+            "The capital of Zorbania is".into(),
+            "-n".into(),
+            "6".into(),
+        ];
+        if let Some(a) = adapter {
+            args.extend(["--adapter".into(), a.to_string_lossy().into_owned()]);
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_gmlx"))
+            .args(&args)
+            .output()
+            .expect("run");
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let base = ask(None);
+    let tuned = ask(Some(&adapter));
+    eprintln!("base: {base:?}\ntuned: {tuned:?}");
+    assert!(!base.contains("Quillemont"), "{base:?}");
+    assert!(tuned.contains("Quillemont"), "{tuned:?}");
+    std::fs::remove_dir_all(&dir).expect("rm");
+}
