@@ -132,6 +132,8 @@ fn a_run_that_fails_after_loading_leaves_nothing_behind() {
     std::fs::remove_dir_all(&dir).expect("rm");
 }
 
+type Edit<'a> = Box<dyn FnOnce(&mut gmlx_gguf::GgufWriter<'static>) + 'a>;
+
 fn write_adapter(path: &Path, edit: impl FnOnce(&mut gmlx_gguf::GgufWriter<'static>)) {
     let mut w = gmlx_gguf::GgufWriter::new();
     edit(&mut w);
@@ -163,11 +165,7 @@ fn adapter_files_are_checked_before_the_model_loads() {
         }
     };
     let q = "blk.0.attn_q.weight";
-    let cases: Vec<(
-        &str,
-        Box<dyn FnOnce(&mut gmlx_gguf::GgufWriter<'static>)>,
-        &str,
-    )> = vec![
+    let cases: Vec<(&str, Edit<'_>, &str)> = vec![
         (
             "type",
             Box::new(|w| {
