@@ -10,7 +10,10 @@ use crate::cargo;
 pub fn run(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("mlx") => mlx(&args[1..]),
-        other => bail!("usage: cargo xtask bench mlx [--size N --reps R] (got {other:?})"),
+        Some("serve") => serve(&args[1..]),
+        other => bail!(
+            "usage: cargo xtask bench mlx [--size N --reps R] | serve [--tokens N --streams 1,2,4,8] (got {other:?})"
+        ),
     }
 }
 
@@ -28,6 +31,25 @@ fn mlx(extra: &[String]) -> Result<()> {
     }
     if let Some(json) = text.lines().find_map(|l| l.strip_prefix("json: ")) {
         save("mlx-matmul", json)?;
+    }
+    Ok(())
+}
+
+/// Aggregate decode tok/s of gmlx-serve's engine at 1, 2, 4 and 8 concurrent streams.
+fn serve(extra: &[String]) -> Result<()> {
+    let output = cargo()
+        .args(["bench", "-p", "gmlx-serve", "--bench", "serve", "--"])
+        .args(extra)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("run cargo bench")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    print!("{text}");
+    if !output.status.success() {
+        bail!("the serve benchmark failed");
+    }
+    if let Some(json) = text.lines().find_map(|l| l.strip_prefix("json: ")) {
+        save("serve", json)?;
     }
     Ok(())
 }

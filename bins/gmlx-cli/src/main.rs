@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod run;
+#[path = "../../gmlx-server/src/args.rs"]
+mod serve;
 mod train;
 
 #[derive(Parser)]
@@ -32,6 +34,8 @@ enum Command {
     },
     /// Generate text from a GGUF model (the default model when none is given).
     Run(run::RunArgs),
+    /// Serve models over an OpenAI-compatible HTTP API in the foreground (as gmlx-server).
+    Serve(serve::ServeArgs),
     /// Fine-tune LoRA adapters on a quantized GGUF model; writes llama.cpp's adapter format.
     Train(train::TrainArgs),
     /// Summarise a GGUF file: version, architecture, metadata, tensors per codec.
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         Command::Env { json } => env(json),
         Command::Inspect { file, tensors } => inspect(&file, tensors),
         Command::Run(args) => run::run(args),
+        Command::Serve(args) => serve(args),
         Command::Train(args) => train::train(args),
     };
     match outcome {
@@ -84,6 +89,12 @@ fn main() -> ExitCode {
             ExitCode::from(f.code)
         }
     }
+}
+
+/// `gmlx serve`: the same flags and library call as `gmlx-server`.
+fn serve(args: serve::ServeArgs) -> Result<(), Failure> {
+    let config = serve::config(args).map_err(usage)?;
+    Ok(gmlx_serve::run(config)?)
 }
 
 fn inspect(path: &std::path::Path, tensors: bool) -> Result<(), Failure> {

@@ -25,8 +25,16 @@ impl Server {
     }
 
     pub fn start_raw(args: &[&str]) -> Server {
+        Self::start_env(args, &[])
+    }
+
+    /// Starts `gmlx-server ARGS` with extra environment variables.
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gmlx-server"))
             .args(args)
+            .env_remove("GMLX_ENABLE_THINKING")
+            .env_remove("MLX_VLM_ENABLE_THINKING")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,0 +1,70 @@
+//! The flags of `gmlx-server`, shared with `gmlx serve` (which includes this file), and
+//! their one conversion to a `ServeConfig`.
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use gmlx_serve::ServeConfig;
+
+/// The flags of `gmlx-server` and `gmlx serve`.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// A GGUF model to serve alone (its id is the file stem); without it and without
+    /// --config, the default model.
+    model: Option<PathBuf>,
+    /// A TOML config file (see docs/server.md).
+    #[arg(short, long, conflicts_with = "model")]
+    config: Option<PathBuf>,
+    /// Overrides server.host (default 127.0.0.1).
+    #[arg(long)]
+    host: Option<IpAddr>,
+    /// Overrides server.port (0 picks a free port).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Overrides server.api_key; clients send it as `Authorization: Bearer KEY`.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Allow a non-loopback --host without an API key.
+    #[arg(long)]
+    no_auth: bool,
+    /// Overrides server.batch_width.
+    #[arg(long)]
+    batch_width: Option<usize>,
+    /// Overrides server.queue_cap.
+    #[arg(long)]
+    queue_cap: Option<usize>,
+    /// Overrides server.max_body_bytes.
+    #[arg(long)]
+    max_body_bytes: Option<usize>,
+}
+
+/// Flags → a validated config (file or single model, then overrides, then the auth check).
+pub fn config(args: ServeArgs) -> Result<ServeConfig, anyhow::Error> {
+    let mut c = match (args.config, args.model) {
+        (Some(file), _) => ServeConfig::from_file(&file)?,
+        (None, Some(model)) => ServeConfig::single(model),
+        (None, None) => ServeConfig::single(gmlx_models::default_model::fetch()?),
+    };
+    if let Some(h) = args.host {
+        c.host = h;
+    }
+    if let Some(p) = args.port {
+        c.port = p;
+    }
+    if args.api_key.is_some() {
+        c.api_key = args.api_key;
+    }
+    c.no_auth |= args.no_auth;
+    if let Some(w) = args.batch_width {
+        anyhow::ensure!(w > 0, "--batch-width must be at least 1");
+        c.batch_width = w;
+    }
+    if let Some(q) = args.queue_cap {
+        c.queue_cap = q;
+    }
+    if let Some(b) = args.max_body_bytes {
+        c.max_body_bytes = b;
+    }
+    c.check_auth()?;
+    Ok(c)
+}

@@ -1,0 +1,92 @@
+//! Aggregate decode throughput of the engine at 1, 2, 4 and 8 concurrent streams on the
+//! default model, as a ratio to one stream. `cargo xtask bench serve` runs it and keeps the
+//! JSON line. Args: `--tokens N` per stream (default 64), `--streams 1,2,4,8`.
+use std::time::Instant;
+
+use gmlx_models::SamplingParams;
+use gmlx_serve::engine::{Event, ValidRequest};
+use gmlx_serve::{Engine, EngineOptions};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let tokens: usize = arg("--tokens").and_then(|t| t.parse().ok()).unwrap_or(64);
+    let streams: Vec<usize> = arg("--streams")
+        .unwrap_or_else(|| "1,2,4,8".to_owned())
+        .split(',')
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let width = streams.iter().copied().max().unwrap_or(8);
+    let path = gmlx_models::default_model::fetch().expect("the default model");
+    let engine = Engine::start(
+        "bench",
+        &path,
+        EngineOptions {
+            batch_width: width,
+            queue_cap: width,
+        },
+    )
+    .expect("start the engine");
+    let tokenizer = gmlx_models::Tokenizer::from_gguf_path(&path).expect("tokenizer");
+    // Never stop early: end-of-generation tokens are biased away.
+    let logit_bias: std::collections::BTreeMap<u32, f32> =
+        tokenizer.eog_ids().iter().map(|&id| (id, -100.0)).collect();
+    let request = |i: usize| ValidRequest {
+        id: format!("bench-{i}"),
+        prompt: tokenizer
+            .encode(&format!("Story number {i}: once upon a time"), true, false)
+            .expect("encode"),
+        max_tokens: tokens,
+        sampling: SamplingParams::default(),
+        stop: Vec::new(),
+        logprobs: None,
+    };
+    let run = |n: usize| -> f64 {
+        let start = Instant::now();
+        let receivers: Vec<_> = (0..n)
+            .map(|i| {
+                let mut r = request(i);
+                r.sampling.logit_bias = logit_bias.clone();
+                engine.submit(r).expect("submit")
+            })
+            .collect();
+        let mut generated = 0;
+        for mut rx in receivers {
+            while let Some(e) = rx.blocking_recv() {
+                match e {
+                    Event::Token(_) => {}
+                    Event::Done(d) => {
+                        generated += d.completion_tokens;
+                        break;
+                    }
+                    Event::Failed(e) => panic!("{e}"),
+                }
+            }
+        }
+        generated as f64 / start.elapsed().as_secs_f64()
+    };
+    run(1); // warm-up
+    let mut rows = Vec::new();
+    let mut base = None;
+    for &n in &streams {
+        let rate = run(n);
+        let base = *base.get_or_insert(rate);
+        println!(
+            "streams {n}: {rate:8.1} tok/s aggregate  ({:.2}x one stream)",
+            rate / base
+        );
+        rows.push(format!(
+            "{{\"streams\":{n},\"tokens_per_s\":{rate:.2},\"ratio\":{:.3}}}",
+            rate / base
+        ));
+    }
+    println!(
+        "json: {{\"bench\":\"serve\",\"model\":\"{}\",\"tokens_per_stream\":{tokens},\"rows\":[{}]}}",
+        gmlx_models::default_model::FILE_NAME,
+        rows.join(",")
+    );
+}
