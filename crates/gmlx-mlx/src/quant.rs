@@ -40,6 +40,30 @@ enum Data {
 /// Rows of activations from which a CPU product dequantizes the weight and uses BLAS.
 pub const CPU_DENSE_MIN_ROWS: usize = 4;
 
+thread_local! {
+    static FORCE_QUANTIZED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While alive, products built on this thread keep MLX's quantized matmul whatever the
+/// device and row count. Training holds one around the differentiated forward pass, whose
+/// graph would otherwise keep a float copy of every weight until the backward pass.
+pub struct QuantizedProducts {
+    previous: bool,
+}
+
+/// Forces quantized products on this thread until the guard drops.
+pub fn force_quantized_products() -> QuantizedProducts {
+    QuantizedProducts {
+        previous: FORCE_QUANTIZED.with(|f| f.replace(true)),
+    }
+}
+
+impl Drop for QuantizedProducts {
+    fn drop(&mut self) {
+        FORCE_QUANTIZED.with(|f| f.set(self.previous));
+    }
+}
+
 /// Whether `x` has enough rows, on the CPU device, for dequantize-then-BLAS to win.
 fn dense_is_faster(x: &Array) -> Result<bool> {
     let shape = x.shape();
@@ -47,7 +71,7 @@ fn dense_is_faster(x: &Array) -> Result<bool> {
         .iter()
         .map(|&d| d.max(0) as usize)
         .product();
-    if rows < CPU_DENSE_MIN_ROWS {
+    if rows < CPU_DENSE_MIN_ROWS || FORCE_QUANTIZED.with(|f| f.get()) {
         return Ok(false);
     }
     let device = mlx_rs::Device::try_default()?;
