@@ -235,6 +235,28 @@ fn a_disconnected_client_frees_its_row() {
         wait_idle(&server.addr, Duration::from_secs(30)),
         "the row was not freed after the client left"
     );
+    // the same for a whole (non-streamed) reply: the handler is dropped with the connection
+    let text = chat("Tell me a very long story.", 2000).to_string();
+    let mut s = TcpStream::connect(&server.addr).expect("connect");
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
+        text.len()
+    )
+    .expect("write");
+    let start = Instant::now();
+    while get(&server.addr, "/v1/metrics").json()["active_rows"] != 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the request never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(s);
+    assert!(
+        wait_idle(&server.addr, Duration::from_secs(30)),
+        "the row of a non-streamed request was not freed after the client left"
+    );
 }
 
 #[test]
