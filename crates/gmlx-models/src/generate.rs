@@ -11,6 +11,7 @@ use crate::cache::KvCache;
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::sample::{Sampler, SamplingParams};
+use crate::stop::StopFilter;
 
 /// What to generate and when to stop.
 #[derive(Debug, Clone)]
@@ -105,7 +106,7 @@ pub struct Generation<'a> {
     decoder: StreamDecoder<'a>,
     options: GenerateOptions,
     logits: Option<Vec<f32>>,
-    held: String,
+    stop: StopFilter,
     finish: Option<FinishReason>,
     stats: GenerationStats,
     budget: usize,
@@ -140,7 +141,7 @@ impl<'a> Generation<'a> {
             sampler,
             decoder: tokenizer.stream_decoder(true),
             logits: Some(logits),
-            held: String::new(),
+            stop: StopFilter::new(options.stop.clone()),
             finish: None,
             stats: GenerationStats {
                 prompt_tokens: prompt.len(),
@@ -161,39 +162,6 @@ impl<'a> Generation<'a> {
         self.stats
     }
 
-    /// Text held back because it might begin a stop string; released when generation ends
-    /// without one.
-    fn release(&mut self, text: &str) -> String {
-        self.held.push_str(text);
-        let stops = &self.options.stop;
-        if let Some((at, _)) = stops
-            .iter()
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| self.held.find(s.as_str()).map(|i| (i, s)))
-            .min_by_key(|(i, _)| *i)
-        {
-            let out = self.held[..at].to_owned();
-            self.held.clear();
-            self.finish = Some(FinishReason::Stop);
-            return out;
-        }
-        // keep the longest suffix that is a proper prefix of some stop string
-        let keep = stops
-            .iter()
-            .flat_map(|s| {
-                (1..s.len())
-                    .filter(|&k| s.is_char_boundary(k))
-                    .filter(|&k| self.held.ends_with(&s[..k]))
-                    .max()
-            })
-            .max()
-            .unwrap_or(0);
-        let cut = self.held.len() - keep;
-        let out = self.held[..cut].to_owned();
-        self.held.drain(..cut);
-        out
-    }
-
     fn step(&mut self) -> Result<Option<Piece>> {
         if self.finish.is_some() {
             return Ok(None);
@@ -207,16 +175,19 @@ impl<'a> Generation<'a> {
         self.sampler.observe(&[token]);
         if !self.options.ignore_eos && self.tokenizer.is_eog(token) {
             self.finish = Some(FinishReason::Eos);
-            let text = std::mem::take(&mut self.held);
+            let text = self.stop.flush();
             self.stats.decode += start.elapsed();
             return Ok(Some(Piece { token, text }));
         }
         self.stats.generated_tokens += 1;
         let decoded = self.decoder.push(token)?;
-        let mut text = self.release(&decoded);
+        let (mut text, stopped) = self.stop.push(&decoded);
+        if stopped {
+            self.finish = Some(FinishReason::Stop);
+        }
         if self.finish.is_none() && self.stats.generated_tokens >= self.budget {
             self.finish = Some(FinishReason::Length);
-            text.push_str(&std::mem::take(&mut self.held));
+            text.push_str(&self.stop.flush());
         }
         if self.finish.is_none() {
             let input = Array::from_slice(&[token], &[1, 1]);

@@ -31,6 +31,7 @@ mod load;
 mod model;
 pub mod registry;
 pub mod sample;
+mod stop;
 mod weights;
 
 pub use blocks::decoder::Logits;
@@ -41,3 +42,4 @@ pub use gmlx_tokenizer::{vocab_map_hash, whitespace_start_mask, TokenId, Tokeniz
 pub use load::{load, plan, CodecPlan, LoadOptions, LoadPlan, Loaded};
 pub use model::Model;
 pub use sample::{Sampler, SamplingParams};
+pub use stop::StopFilter;

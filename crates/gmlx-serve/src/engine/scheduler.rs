@@ -11,7 +11,9 @@ use gmlx_models::{FinishReason, Loaded, Sampler, TokenId, Tokenizer};
 use gmlx_tokenizer::StreamDecoder;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::request::{Done, Event, StopFilter, TokenLogprob, TokenOut, ValidRequest};
+use gmlx_models::StopFilter;
+
+use super::request::{Done, Event, TokenLogprob, TokenOut, ValidRequest};
 use super::{Command, EngineOptions, Shared};
 use crate::error::{Error, Result};
 
