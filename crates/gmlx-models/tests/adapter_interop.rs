@@ -2,18 +2,12 @@
 //! the top 2 blocks of the default model) gives the same logits in gmlx, applied live on the
 //! quantized base, as in llama.cpp (`lora_path`, float32 copy of the base, f32 KV cache).
 //! Golden made by tests/goldens/make_adapter_golden.py.
-use gmlx_mlx::Array;
-use gmlx_models::adapter::{self, Adapter};
-use gmlx_models::{default_model, load, GenerateOptions, Generation, LoadOptions, Logits};
-use serde_json::Value;
+mod common;
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
+use common::{all_logits, greedy, ids, max_diff_at_recorded_ids};
+use gmlx_models::adapter::{self, Adapter};
+use gmlx_models::{default_model, load, LoadOptions};
+use serde_json::Value;
 
 #[test]
 fn gmlx_adapter_matches_llama_cpp_with_the_same_file() {
@@ -29,38 +23,7 @@ fn gmlx_adapter_matches_llama_cpp_with_the_same_file() {
     adapter::apply(&mut loaded.model, &lora, 1.0).expect("apply");
 
     let sequence = ids(&golden["sequence"]);
-    let mut caches = loaded.model.new_caches();
-    let input = Array::from_slice(&sequence, &[1, sequence.len() as i32]);
-    let logits = loaded
-        .model
-        .forward(&input, &mut caches, Logits::All)
-        .expect("forward");
-    let vocab = logits.shape()[2] as usize;
-    let flat = logits.flatten(None, None).expect("flatten");
-    flat.eval().expect("eval");
-    let ours = flat.as_slice::<f32>();
-    let fixed = ids(&golden["fixed_ids"]);
-    let mut worst = 0f32;
-    for (p, pos) in golden["positions"]
-        .as_array()
-        .expect("positions")
-        .iter()
-        .enumerate()
-    {
-        let row = &ours[p * vocab..(p + 1) * vocab];
-        let pairs = ids(&pos["top_ids"])
-            .into_iter()
-            .zip(pos["top_logits"].as_array().expect("top"))
-            .chain(
-                fixed
-                    .iter()
-                    .copied()
-                    .zip(pos["fixed_logits"].as_array().expect("fixed")),
-            );
-        for (id, want) in pairs {
-            worst = worst.max((row[id as usize] - want.as_f64().expect("logit") as f32).abs());
-        }
-    }
+    let worst = max_diff_at_recorded_ids(&all_logits(&loaded, &sequence), &golden);
     eprintln!(
         "max |gmlx + adapter - llama.cpp + adapter| over {} positions: {worst:.2e}",
         sequence.len()
@@ -70,14 +33,7 @@ fn gmlx_adapter_matches_llama_cpp_with_the_same_file() {
     // and the greedy continuation is llama.cpp's (" Quillemont.")
     let prompt = ids(&golden["prompt_ids"]);
     let want = ids(&golden["greedy"]);
-    let options = GenerateOptions {
-        max_tokens: want.len(),
-        ..Default::default()
-    };
-    let got: Vec<u32> = Generation::new(&loaded.model, &loaded.tokenizer, &prompt, options)
-        .expect("generation")
-        .map(|p| p.expect("piece").token)
-        .collect();
+    let got = greedy(&loaded, &prompt, want.len(), false);
     assert_eq!(got, want[..got.len()].to_vec());
     assert!(!got.is_empty());
 }

@@ -8,8 +8,10 @@
 //! `cargo xtask certify` collects into docs/architectures.md.
 use std::path::PathBuf;
 
-use gmlx_mlx::Array;
-use gmlx_models::{load, GenerateOptions, Generation, LoadOptions, Loaded, Logits};
+mod common;
+
+use common::{all_logits, greedy, ids, rows};
+use gmlx_models::{load, LoadOptions};
 use serde_json::Value;
 
 const TOLERANCE: f32 = 1e-3;
@@ -17,44 +19,6 @@ const CONFIDENT_MARGIN: f64 = 0.5;
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
-fn rows(v: &Value) -> Vec<Vec<f32>> {
-    v.as_array()
-        .expect("rows")
-        .iter()
-        .map(|r| {
-            r.as_array()
-                .expect("row")
-                .iter()
-                .map(|x| x.as_f64().expect("logit") as f32)
-                .collect()
-        })
-        .collect()
-}
-
-fn all_logits(loaded: &Loaded, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let mut caches = loaded.model.new_caches();
-    let input = Array::from_slice(tokens, &[1, tokens.len() as i32]);
-    let logits = loaded
-        .model
-        .forward(&input, &mut caches, Logits::All)
-        .expect("forward");
-    let vocab = logits.shape()[2] as usize;
-    let flat = logits.flatten(None, None).expect("flatten");
-    flat.eval().expect("eval");
-    flat.as_slice::<f32>()
-        .chunks(vocab)
-        .map(<[f32]>::to_vec)
-        .collect()
 }
 
 fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
@@ -92,15 +56,7 @@ fn certify(stem: &str) {
     );
     let want = ids(&exact["greedy"]);
     // llama.cpp's recorded greedy run does not stop at end-of-generation tokens
-    let options = GenerateOptions {
-        max_tokens: want.len(),
-        ignore_eos: true,
-        ..Default::default()
-    };
-    let got: Vec<u32> = Generation::new(&loaded.model, &loaded.tokenizer, prompt, options)
-        .expect("generation")
-        .map(|p| p.expect("piece").token)
-        .collect();
+    let got = greedy(&loaded, prompt, want.len(), true);
 
     // llama.cpp on the file itself, teacher-forced
     let q = &golden["quantized"];

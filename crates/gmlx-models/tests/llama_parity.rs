@@ -1,9 +1,11 @@
 //! The default model (SmolLM2-135M-Instruct Q4_1, `llama`) against llama.cpp, with the two
 //! references of docs/testing.md. Goldens: tests/goldens/smollm2_q4_1.json, made by
 //! tests/goldens/make_smollm2_golden.py.
-use gmlx_mlx::Array;
+mod common;
+
+use common::{all_logits, greedy, ids, max_diff_at_recorded_ids};
 use gmlx_models::{
-    chat, default_model, generate, load, GenerateOptions, Generation, LoadOptions, Loaded, Logits,
+    chat, default_model, generate, load, GenerateOptions, Generation, LoadOptions, Loaded,
 };
 use serde_json::Value;
 
@@ -12,31 +14,9 @@ fn golden() -> Value {
     serde_json::from_str(text).expect("golden JSON")
 }
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
 fn model() -> Loaded {
     let path = default_model::fetch().expect("the default model (downloads once)");
     load(&path, &LoadOptions::default()).expect("load")
-}
-
-/// float32 logits `[n, vocab]` for `tokens`, all positions.
-fn all_logits(loaded: &Loaded, tokens: &[u32]) -> (Vec<f32>, usize) {
-    let mut caches = loaded.model.new_caches();
-    let input = Array::from_slice(tokens, &[1, tokens.len() as i32]);
-    let logits = loaded
-        .model
-        .forward(&input, &mut caches, Logits::All)
-        .expect("forward");
-    let vocab = logits.shape()[2] as usize;
-    let flat = logits.flatten(None, None).expect("flatten");
-    flat.eval().expect("eval");
-    (flat.as_slice::<f32>().to_vec(), vocab)
 }
 
 fn argmax(row: &[f32]) -> u32 {
@@ -57,29 +37,13 @@ fn float32_matches_llama_cpp_on_the_exact_reference() {
 
     let exact = &g["exact"];
     let sequence = ids(&exact["sequence"]);
-    let fixed = ids(&exact["fixed_ids"]);
-    let (logits, vocab) = all_logits(&loaded, &sequence);
-    let mut worst = 0f32;
-    for (p, pos) in exact["positions"]
-        .as_array()
-        .expect("positions")
+    let logits = all_logits(&loaded, &sequence);
+    let worst = max_diff_at_recorded_ids(&logits, exact);
+    for (p, (row, pos)) in logits
         .iter()
+        .zip(exact["positions"].as_array().expect("positions"))
         .enumerate()
     {
-        let row = &logits[p * vocab..(p + 1) * vocab];
-        let pairs = ids(&pos["top_ids"])
-            .into_iter()
-            .zip(pos["top_logits"].as_array().expect("top"))
-            .chain(
-                fixed
-                    .iter()
-                    .copied()
-                    .zip(pos["fixed_logits"].as_array().expect("fixed")),
-            );
-        for (id, want) in pairs {
-            let d = (row[id as usize] - want.as_f64().expect("logit") as f32).abs();
-            worst = worst.max(d);
-        }
         assert_eq!(
             argmax(row),
             ids(&pos["top_ids"])[0],
@@ -99,15 +63,7 @@ fn greedy_generation_matches_llama_cpp_exactly() {
     let loaded = model();
     let prompt = ids(&g["prompt_ids"]);
     let want = ids(&g["exact"]["greedy"]);
-    let options = GenerateOptions {
-        max_tokens: want.len(),
-        ..Default::default()
-    };
-    let got: Vec<u32> = Generation::new(&loaded.model, &loaded.tokenizer, &prompt, options)
-        .expect("generation")
-        .map(|p| p.expect("piece").token)
-        .collect();
-    assert_eq!(got, want);
+    assert_eq!(greedy(&loaded, &prompt, want.len(), false), want);
 }
 
 #[test]
@@ -124,14 +80,13 @@ fn teacher_forced_on_llama_cpps_quantized_run() {
         .map(|m| m.as_f64().expect("margin"))
         .collect();
     let sequence: Vec<u32> = prompt.iter().chain(&tokens).copied().collect();
-    let (logits, vocab) = all_logits(&loaded, &sequence);
+    let logits = all_logits(&loaded, &sequence);
     let mut checked = 0;
     for (step, (&token, &margin)) in tokens.iter().zip(&margins).enumerate() {
         if margin < 0.5 {
             continue;
         }
-        let p = prompt.len() - 1 + step;
-        let row = &logits[p * vocab..(p + 1) * vocab];
+        let row = &logits[prompt.len() - 1 + step];
         assert_eq!(
             argmax(row),
             token,

@@ -1,0 +1,84 @@
+//! Helpers shared by the parity tests: golden JSON readers, a full forward pass, greedy runs.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use gmlx_mlx::Array;
+use gmlx_models::{GenerateOptions, Generation, Loaded, Logits};
+use serde_json::Value;
+
+/// A JSON array of token ids.
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+/// A JSON array of logit rows.
+pub fn rows(v: &Value) -> Vec<Vec<f32>> {
+    v.as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .expect("row")
+                .iter()
+                .map(|x| x.as_f64().expect("logit") as f32)
+                .collect()
+        })
+        .collect()
+}
+
+/// float32 logits at every position of `tokens`, one row each, from a fresh cache.
+pub fn all_logits(loaded: &Loaded, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let mut caches = loaded.model.new_caches();
+    let input = Array::from_slice(tokens, &[1, tokens.len() as i32]);
+    let logits = loaded
+        .model
+        .forward(&input, &mut caches, Logits::All)
+        .expect("forward");
+    let vocab = logits.shape()[2] as usize;
+    let flat = logits.flatten(None, None).expect("flatten");
+    flat.eval().expect("eval");
+    flat.as_slice::<f32>()
+        .chunks(vocab)
+        .map(<[f32]>::to_vec)
+        .collect()
+}
+
+/// The largest |ours - golden| over a golden's `positions` (each with `top_ids`,
+/// `top_logits`, `fixed_logits` for the golden's `fixed_ids`).
+pub fn max_diff_at_recorded_ids(ours: &[Vec<f32>], golden: &Value) -> f32 {
+    let fixed = ids(&golden["fixed_ids"]);
+    let positions = golden["positions"].as_array().expect("positions");
+    assert_eq!(positions.len(), ours.len(), "position count");
+    let mut worst = 0f32;
+    for (row, pos) in ours.iter().zip(positions) {
+        let pairs = ids(&pos["top_ids"])
+            .into_iter()
+            .zip(pos["top_logits"].as_array().expect("top"))
+            .chain(
+                fixed
+                    .iter()
+                    .copied()
+                    .zip(pos["fixed_logits"].as_array().expect("fixed")),
+            );
+        for (id, want) in pairs {
+            worst = worst.max((row[id as usize] - want.as_f64().expect("logit") as f32).abs());
+        }
+    }
+    worst
+}
+
+/// `n` greedy tokens after `prompt`.
+pub fn greedy(loaded: &Loaded, prompt: &[u32], n: usize, ignore_eos: bool) -> Vec<u32> {
+    let options = GenerateOptions {
+        max_tokens: n,
+        ignore_eos,
+        ..Default::default()
+    };
+    Generation::new(&loaded.model, &loaded.tokenizer, prompt, options)
+        .expect("generation")
+        .map(|p| p.expect("piece").token)
+        .collect()
+}
