@@ -17,28 +17,21 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 }
 
+/// MLX CPU matmul GFLOP/s, BLAS in use next to the wheel's reference BLAS.
 fn mlx(extra: &[String]) -> Result<()> {
-    let output = cargo()
-        .args(["bench", "-p", "gmlx-mlx", "--bench", "matmul", "--"])
-        .args(extra)
-        .stderr(Stdio::inherit())
-        .output()
-        .context("run cargo bench")?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    print!("{text}");
-    if !output.status.success() {
-        bail!("the matmul benchmark failed");
-    }
-    if let Some(json) = text.lines().find_map(|l| l.strip_prefix("json: ")) {
-        save("mlx-matmul", json)?;
-    }
-    Ok(())
+    cargo_bench("gmlx-mlx", "matmul", "mlx-matmul", extra)
 }
 
 /// Aggregate decode tok/s of gmlx-serve's engine at 1, 2, 4 and 8 concurrent streams.
 fn serve(extra: &[String]) -> Result<()> {
+    cargo_bench("gmlx-serve", "serve", "serve", extra)
+}
+
+/// Runs `cargo bench -p package --bench bench -- extra`, echoes its output and saves its
+/// `json: ` line as `<name>.json`.
+fn cargo_bench(package: &str, bench: &str, name: &str, extra: &[String]) -> Result<()> {
     let output = cargo()
-        .args(["bench", "-p", "gmlx-serve", "--bench", "serve", "--"])
+        .args(["bench", "-p", package, "--bench", bench, "--"])
         .args(extra)
         .stderr(Stdio::inherit())
         .output()
@@ -46,10 +39,10 @@ fn serve(extra: &[String]) -> Result<()> {
     let text = String::from_utf8_lossy(&output.stdout);
     print!("{text}");
     if !output.status.success() {
-        bail!("the serve benchmark failed");
+        bail!("the {bench} benchmark of {package} failed");
     }
     if let Some(json) = text.lines().find_map(|l| l.strip_prefix("json: ")) {
-        save("serve", json)?;
+        save(name, json)?;
     }
     Ok(())
 }

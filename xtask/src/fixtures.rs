@@ -20,7 +20,7 @@ pub fn run(args: &[String]) -> Result<()> {
         println!("architectures: see ARCHES in tools/fixtures/build_model.py");
         return Ok(());
     }
-    let root = workspace_root();
+    let root = setup::workspace_root();
     let cache = cache::dir();
     fs::create_dir_all(&cache).with_context(|| format!("create {}", cache.display()))?;
     let sources = setup::run()?.llama_cpp;
@@ -46,40 +46,13 @@ pub fn run(args: &[String]) -> Result<()> {
     run_command(&mut cmd)
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// `<cache>/fixture-venv` with the pinned requirements; reinstalled when the file changes.
+/// `<cache>/fixture-venv` with the pinned fixture tooling (torch, transformers: a few GB).
 fn fixture_venv(root: &Path, cache: &Path) -> Result<PathBuf> {
-    let requirements = root.join("tools/fixtures/requirements.txt");
-    let wanted = fs::read_to_string(&requirements)
-        .with_context(|| format!("read {}", requirements.display()))?;
-    let venv = cache.join("fixture-venv");
-    let python = venv.join("bin/python");
-    let stamp = venv.join("gmlx-requirements.txt");
-    if python.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
-        return Ok(python);
-    }
-    if !python.is_file() {
-        eprintln!("xtask: creating the fixture venv in {}", venv.display());
-        run_command(Command::new("python3").arg("-m").arg("venv").arg(&venv))
-            .context("python3 -m venv failed: a Python 3.10+ with the venv module is needed")?;
-    }
-    eprintln!(
-        "xtask: installing {} (torch, transformers: a few GB, about a minute)",
-        requirements.display()
-    );
-    run_command(
-        Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "-r"])
-            .arg(&requirements),
-    )?;
-    fs::write(&stamp, wanted)?;
-    Ok(python)
+    setup::pinned_venv(
+        &root.join("tools/fixtures/requirements.txt"),
+        &cache.join("fixture-venv"),
+        "the fixture venv (torch, transformers: a few GB, about a minute)",
+    )
 }
 
 /// A llama.cpp build's `bin/` holding `llama-quantize` and `libllama.so`; configured and built

@@ -40,36 +40,42 @@ pub fn run() -> Result<References> {
     })
 }
 
-fn workspace_root() -> PathBuf {
+pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// A venv with the pinned requirements; reinstalled when the requirements file changes.
+/// The test references' venv: `xtask/python-requirements.txt` in `<cache>/pyenv`.
 fn python_env(cache: &Path) -> Result<PathBuf> {
-    let requirements = workspace_root().join("xtask/python-requirements.txt");
-    let wanted = fs::read_to_string(&requirements)
+    pinned_venv(
+        &workspace_root().join("xtask/python-requirements.txt"),
+        &cache.join("pyenv"),
+        "the Python reference environment",
+    )
+}
+
+/// A venv at `venv` with the pinned `requirements`; reinstalled when that file changes (its
+/// content is kept in the venv as a stamp). Returns the venv's python.
+pub fn pinned_venv(requirements: &Path, venv: &Path, what: &str) -> Result<PathBuf> {
+    let wanted = fs::read_to_string(requirements)
         .with_context(|| format!("read {}", requirements.display()))?;
-    let venv = cache.join("pyenv");
     let python = venv.join("bin/python");
     let stamp = venv.join("gmlx-requirements.txt");
     if python.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
         return Ok(python);
     }
     if !python.is_file() {
-        eprintln!(
-            "xtask: creating the Python reference environment in {}",
-            venv.display()
-        );
-        run_command(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+        eprintln!("xtask: creating {what} in {}", venv.display());
+        run_command(Command::new("python3").arg("-m").arg("venv").arg(venv))
+            .context("python3 -m venv failed: a Python 3.10+ with the venv module is needed")?;
     }
     eprintln!("xtask: installing {}", requirements.display());
     run_command(
         Command::new(&python)
             .args(["-m", "pip", "install", "--quiet", "-r"])
-            .arg(&requirements),
+            .arg(requirements),
     )?;
     fs::write(&stamp, wanted)?;
     Ok(python)
