@@ -41,7 +41,11 @@ pub fn run() -> Result<References> {
 }
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    // `cargo run` sets it at run time too: a binary reused from a build in another checkout
+    // (shared target dir) still finds this one.
+    let manifest_dir =
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    Path::new(&manifest_dir)
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))

@@ -315,3 +315,65 @@ fn sigterm_finishes_in_flight_requests_and_exits_cleanly() {
     assert_eq!(status.code(), Some(0));
     assert!(TcpStream::connect(&server.addr).is_err(), "still accepting");
 }
+
+/// The LoRA adapter that gmlx-models' interop test certifies against llama.cpp: on the
+/// default model it makes "The capital of Zorbania is" continue " Quillemont.".
+fn zorbania_adapter() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../crates/gmlx-models/tests/goldens/smollm2_zorbania_lora.gguf")
+}
+
+fn greedy_completion(server: &Server, model: &str) -> serde_json::Value {
+    post(
+        &server.addr,
+        "/v1/completions",
+        &json!({"model": model, "prompt": "The capital of Zorbania is",
+                "max_tokens": 8, "temperature": 0}),
+    )
+    .json()
+}
+
+#[test]
+fn a_models_adapter_is_applied_live() {
+    let dir = std::env::temp_dir().join(format!("gmlx-serve-lora-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("serve.toml");
+    let config = format!(
+        "[server]\nport = 0\n\n[[models]]\nid = \"plain\"\npath = {:?}\n\n\
+         [[models]]\nid = \"zorbania\"\npath = {:?}\nadapter = {:?}\n",
+        util::model(),
+        util::model(),
+        zorbania_adapter()
+    );
+    std::fs::write(&file, config).expect("write config");
+    let server = Server::start_raw(&["--config", file.to_str().expect("utf-8")]);
+    let adapted = greedy_completion(&server, "zorbania");
+    assert_eq!(
+        adapted["choices"][0]["text"], " Quillemont.",
+        "llama.cpp's greedy continuation with this adapter: {adapted}"
+    );
+    assert_eq!(adapted["choices"][0]["finish_reason"], "stop");
+    let plain = greedy_completion(&server, "plain");
+    assert_ne!(plain["choices"][0]["text"], " Quillemont.", "{plain}");
+}
+
+#[test]
+fn an_adapter_for_another_base_is_refused_at_start() {
+    let dir = std::env::temp_dir().join(format!("gmlx-serve-badlora-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("serve.toml");
+    // the adapter is not a model file: a base GGUF with no adapter keys
+    let config = format!(
+        "[[models]]\nid = \"m\"\npath = {:?}\nadapter = {:?}\n",
+        util::model(),
+        util::model()
+    );
+    std::fs::write(&file, config).expect("write config");
+    let out = Command::new(env!("CARGO_BIN_EXE_gmlx-server"))
+        .args(["--config", file.to_str().expect("utf-8"), "--port", "0"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("adapter") && err.contains("`m`"), "{err}");
+}

@@ -26,6 +26,9 @@ pub enum Error {
     /// A tensor dimension beyond what MLX indexes (2^31 - 1).
     #[error("tensor {tensor} has a dimension too large for MLX")]
     TensorTooLarge { tensor: String },
+    /// The host quantized matmul could not read its operands.
+    #[error("CPU quantized matmul: {reason}")]
+    HostKernel { reason: String },
     /// A device name other than `auto`, `cpu` or `gpu`.
     #[error("unknown device {name:?}: expected auto, cpu or gpu")]
     UnknownDevice { name: String },

@@ -16,6 +16,7 @@
 //! ```
 pub mod blas;
 pub mod checkpoint;
+pub mod cpu_qmm;
 pub mod device;
 mod error;
 pub mod memory;

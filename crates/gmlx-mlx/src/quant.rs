@@ -42,6 +42,7 @@ pub const CPU_DENSE_MIN_ROWS: usize = 4;
 
 thread_local! {
     static FORCE_QUANTIZED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static HOST_PRODUCTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// While alive, products built on this thread keep MLX's quantized matmul whatever the
@@ -64,18 +65,60 @@ impl Drop for QuantizedProducts {
     }
 }
 
-/// Whether `x` has enough rows, on the CPU device, for dequantize-then-BLAS to win.
-fn dense_is_faster(x: &Array) -> Result<bool> {
-    let shape = x.shape();
-    let rows: usize = shape[..shape.len().saturating_sub(1)]
-        .iter()
-        .map(|&d| d.max(0) as usize)
-        .product();
-    if rows < CPU_DENSE_MIN_ROWS || FORCE_QUANTIZED.with(|f| f.get()) {
-        return Ok(false);
+/// While alive, CPU products of few rows built on this thread may use the host kernel of
+/// [`crate::cpu_qmm`], which evaluates its input: hold one only around inference, never
+/// around a graph that will be differentiated. A [`force_quantized_products`] guard wins.
+pub struct HostProducts {
+    previous: bool,
+}
+
+/// Allows host products on this thread until the guard drops.
+pub fn host_products() -> HostProducts {
+    HostProducts {
+        previous: HOST_PRODUCTS.with(|f| f.replace(true)),
+    }
+}
+
+impl Drop for HostProducts {
+    fn drop(&mut self) {
+        HOST_PRODUCTS.with(|f| f.set(self.previous));
+    }
+}
+
+/// How a product of a packed weight is computed.
+enum Route {
+    /// MLX's quantized matmul.
+    Quantized,
+    /// The host kernel of [`crate::cpu_qmm`].
+    Host,
+    /// Dequantize for this product, then BLAS.
+    Dense,
+}
+
+fn route(x: &Array, p: &Packed<'_>) -> Result<Route> {
+    if FORCE_QUANTIZED.with(|f| f.get()) {
+        return Ok(Route::Quantized);
     }
     let device = mlx_rs::Device::try_default()?;
-    Ok(matches!(device.get_type()?, mlx_rs::DeviceType::Cpu))
+    if !matches!(device.get_type()?, mlx_rs::DeviceType::Cpu) {
+        return Ok(Route::Quantized);
+    }
+    let rows = rows_of(x);
+    if HOST_PRODUCTS.with(|f| f.get()) && crate::cpu_qmm::handles(x, p, rows) {
+        Ok(Route::Host)
+    } else if rows >= CPU_DENSE_MIN_ROWS {
+        Ok(Route::Dense)
+    } else {
+        Ok(Route::Quantized)
+    }
+}
+
+fn rows_of(x: &Array) -> usize {
+    let shape = x.shape();
+    shape[..shape.len().saturating_sub(1)]
+        .iter()
+        .map(|&d| d.max(0) as usize)
+        .product()
 }
 
 /// Borrowed access to either form.
@@ -279,13 +322,17 @@ impl QuantWeight {
     ///
     /// On the CPU, MLX's quantized matmul costs the same per row of `x` whatever their number
     /// (`benches/qmm.rs`: 0.8 ms per row on a 1536 x 576 4-bit matrix, 25x slower than
-    /// dequantize-then-BLAS at 128 rows), so from [`CPU_DENSE_MIN_ROWS`] rows on the CPU the
-    /// weight is dequantized for this one product and multiplied by BLAS; it stays quantized
-    /// in memory.
+    /// dequantize-then-BLAS at 128 rows). So on the CPU, under a [`host_products`] guard, up
+    /// to [`crate::cpu_qmm::MAX_ROWS`] rows go to the host kernel; from
+    /// [`CPU_DENSE_MIN_ROWS`] rows otherwise, the weight is dequantized for this one product
+    /// and multiplied by BLAS. Either way it stays quantized in memory.
     pub fn matmul(&self, x: &Array) -> Result<Array> {
         match self.view() {
-            View::Packed(p) if !dense_is_faster(x)? => qmm::quantized_matmul(x, p, true),
-            View::Packed(p) => Ok(x.matmul(qmm::dequantize(p)?.t())?),
+            View::Packed(p) => match route(x, &p)? {
+                Route::Quantized => qmm::quantized_matmul(x, p, true),
+                Route::Host => crate::cpu_qmm::matmul(x, p),
+                Route::Dense => Ok(x.matmul(qmm::dequantize(p)?.t())?),
+            },
             View::Dense(w) => Ok(x.matmul(w.t())?),
         }
     }

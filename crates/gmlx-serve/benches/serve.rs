@@ -25,6 +25,7 @@ fn main() {
     let engine = Engine::start(
         "bench",
         &path,
+        None,
         EngineOptions {
             batch_width: width,
             queue_cap: width,

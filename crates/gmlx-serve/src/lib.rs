@@ -38,19 +38,21 @@ pub fn run(config: ServeConfig) -> Result<()> {
     };
     let mut models = BTreeMap::new();
     for entry in &config.models {
-        if entry.adapter.is_some() {
-            return Err(Error::Unsupported {
-                id: entry.id.clone(),
-                reason: "adapters are not supported by the server yet".to_owned(),
-            });
-        }
-        let engine = Engine::start(&entry.id, &entry.path, options)?;
+        let engine = Engine::start(&entry.id, &entry.path, entry.adapter.as_deref(), options)?;
         let info = validate::ModelInfo::new(entry.clone(), engine)?;
-        eprintln!(
-            "gmlx-server: model `{}` loaded from {}",
-            entry.id,
-            entry.path.display()
-        );
+        match &entry.adapter {
+            Some(adapter) => eprintln!(
+                "gmlx-server: model `{}` loaded from {} with adapter {}",
+                entry.id,
+                entry.path.display(),
+                adapter.display()
+            ),
+            None => eprintln!(
+                "gmlx-server: model `{}` loaded from {}",
+                entry.id,
+                entry.path.display()
+            ),
+        }
         models.insert(entry.id.clone(), Arc::new(info));
     }
     let state = Arc::new(http::State::new(config, models));

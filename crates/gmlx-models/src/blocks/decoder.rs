@@ -92,8 +92,11 @@ pub struct Decoder {
 
 impl Decoder {
     /// `tokens [batch, n]` continuing what `caches` (one per layer) hold; returns float32
-    /// logits `[batch, n or 1, vocab]`.
+    /// logits `[batch, n or 1, vocab]`. An inference pass: on the CPU its few-row products
+    /// may run on the host kernel, so do not differentiate through it (training has its own
+    /// forward).
     pub fn forward(&self, tokens: &Array, caches: &mut [KvCache], logits: Logits) -> Result<Array> {
+        let _host = gmlx_mlx::quant::host_products();
         let mut x = self.token_embd.rows(tokens)?.as_dtype(self.dtype)?;
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
             x = layer.forward(&x, cache)?;
@@ -159,6 +162,7 @@ impl Decoder {
     /// row. Returns float32 logits `[B, vocab]`, row `b` equal (to rounding) to decoding that
     /// sequence alone.
     pub fn forward_rows(&self, tokens: &[u32], caches: &mut [&mut [KvCache]]) -> Result<Array> {
+        let _host = gmlx_mlx::quant::host_products();
         let batch = tokens.len() as i32;
         let ids = Array::from_slice(tokens, &[batch, 1]);
         let mut x = self.token_embd.rows(&ids)?.as_dtype(self.dtype)?;

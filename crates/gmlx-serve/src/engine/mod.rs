@@ -71,9 +71,19 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Starts the scheduler thread, which loads the model at `path`; returns once it is
-    /// loaded. `id` names the model in errors.
-    pub fn start(id: &str, path: &Path, options: EngineOptions) -> Result<Engine> {
+    /// Starts the scheduler thread, which loads the model at `path` and applies `adapter`
+    /// (a LoRA adapter in llama.cpp's format, computed live beside the quantized base);
+    /// returns once it is loaded. The adapter is checked against the base's header before any
+    /// weight loads. `id` names the model in errors.
+    pub fn start(
+        id: &str,
+        path: &Path,
+        adapter: Option<&Path>,
+        options: EngineOptions,
+    ) -> Result<Engine> {
+        let adapter = adapter
+            .map(|file| read_adapter(id, path, file))
+            .transpose()?;
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let shared = Arc::new(Shared::default());
@@ -83,16 +93,26 @@ impl Engine {
         std::thread::Builder::new()
             .name(format!("gmlx-engine-{id}"))
             .spawn(move || {
-                let loaded = match gmlx_models::load(&path, &gmlx_models::LoadOptions::default()) {
-                    Ok(l) => l,
-                    Err(source) => {
-                        let _ = ready_tx.send(Err(Error::Load {
+                let mut loaded =
+                    match gmlx_models::load(&path, &gmlx_models::LoadOptions::default()) {
+                        Ok(l) => l,
+                        Err(source) => {
+                            let _ = ready_tx.send(Err(Error::Load {
+                                id: thread_id,
+                                source,
+                            }));
+                            return;
+                        }
+                    };
+                if let Some(adapter) = &adapter {
+                    if let Err(e) = gmlx_models::adapter::apply(&mut loaded.model, adapter, 1.0) {
+                        let _ = ready_tx.send(Err(Error::Unsupported {
                             id: thread_id,
-                            source,
+                            reason: format!("adapter: {e}"),
                         }));
                         return;
                     }
-                };
+                }
                 let config = loaded.config();
                 let _ = ready_tx.send(Ok((config.vocab as usize, config.context_length)));
                 scheduler::run(&loaded, rx, &thread_shared, options);
@@ -153,4 +173,15 @@ impl Engine {
             mlx_peak_bytes: s.mlx_peak_bytes.load(Ordering::Relaxed),
         }
     }
+}
+
+fn read_adapter(id: &str, base: &Path, file: &Path) -> Result<gmlx_models::adapter::Adapter> {
+    let refused = |e: &dyn std::fmt::Display| Error::Unsupported {
+        id: id.to_owned(),
+        reason: format!("adapter {}: {e}", file.display()),
+    };
+    let header = gmlx_gguf::GgufFile::open(base).map_err(|e| refused(&e))?;
+    let adapter = gmlx_models::adapter::Adapter::read(file).map_err(|e| refused(&e))?;
+    adapter.check_base(&header).map_err(|e| refused(&e))?;
+    Ok(adapter)
 }

@@ -1,5 +1,6 @@
-//! The batch loop: admits waiting requests (one prefill between decode steps, so running
-//! streams keep streaming), then decodes every active row in one batched forward pass.
+//! The batch loop: admits waiting requests into free rows, runs one prompt chunk of one
+//! admitted request between decode steps (so running streams keep streaming however long a
+//! new prompt is), then decodes every prefilled row in one batched forward pass.
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -17,8 +18,9 @@ use super::request::{Done, Event, TokenLogprob, TokenOut, ValidRequest};
 use super::{Command, EngineOptions, Shared};
 use crate::error::{Error, Result};
 
-/// Prompt tokens per prefill forward pass.
-const PREFILL_CHUNK: usize = 512;
+/// Prompt tokens per prefill forward pass: the longest pause a new prompt puts between two
+/// decode steps of the running streams.
+const PREFILL_CHUNK: usize = 128;
 
 /// One request being decoded.
 struct Row<'t> {
@@ -28,7 +30,9 @@ struct Row<'t> {
     sampler: Sampler,
     decoder: StreamDecoder<'t>,
     stop: StopFilter,
-    /// Logits for the next token.
+    /// Prompt tokens already run through the model; the row decodes once all are.
+    prefilled: usize,
+    /// Logits for the next token (once prefilled).
     logits: Vec<f32>,
     generated: usize,
     budget: usize,
@@ -60,16 +64,17 @@ pub(crate) fn run(
                 }
             }
         }
-        // Admit one request per step while rows are free; its prefill runs between steps.
-        if rows.len() < options.batch_width {
-            if let Some((request, sink)) = waiting.pop_front() {
-                shared.waiting.fetch_sub(1, Ordering::SeqCst);
-                if !sink.is_closed() {
-                    match admit(loaded, *request, sink.clone()) {
-                        Ok(row) => rows.push(row),
-                        Err(e) => {
-                            let _ = sink.send(Event::Failed(e));
-                        }
+        // Requests take free rows at once; their prompts run a chunk per step, in order.
+        while rows.len() < options.batch_width {
+            let Some((request, sink)) = waiting.pop_front() else {
+                break;
+            };
+            shared.waiting.fetch_sub(1, Ordering::SeqCst);
+            if !sink.is_closed() {
+                match admit(loaded, *request, sink.clone()) {
+                    Ok(row) => rows.push(row),
+                    Err(e) => {
+                        let _ = sink.send(Event::Failed(e));
                     }
                 }
             }
@@ -78,8 +83,19 @@ pub(crate) fn run(
         if rows.is_empty() {
             continue;
         }
+        if let Some(i) = rows.iter().position(|r| !r.is_prefilled()) {
+            if rows[i].sink.is_closed() {
+                rows.remove(i); // its client went away before its first token
+            } else if let Err(e) = prefill_chunk(&loaded.model, &mut rows[i]) {
+                let row = rows.remove(i);
+                let _ = row.sink.send(Event::Failed(e));
+            }
+        }
         let start = Instant::now();
-        let emitted = rows.len();
+        let emitted = rows.iter().filter(|r| r.is_prefilled()).count();
+        if emitted == 0 {
+            continue;
+        }
         if let Err(e) = step(loaded, &mut rows, shared) {
             for row in rows.drain(..) {
                 let _ = row.sink.send(Event::Failed(Error::Engine {
@@ -113,7 +129,26 @@ fn publish(shared: &Shared, tokens: usize, start: Instant) {
     }
 }
 
-/// Prefills `request` into a fresh row.
+impl Row<'_> {
+    fn is_prefilled(&self) -> bool {
+        self.prefilled == self.request.prompt.len()
+    }
+}
+
+/// Runs the next chunk of `row`'s prompt; the last chunk leaves the logits of its first token.
+fn prefill_chunk(model: &gmlx_models::Model, row: &mut Row<'_>) -> Result<()> {
+    let prompt = &row.request.prompt;
+    let end = (row.prefilled + PREFILL_CHUNK).min(prompt.len());
+    let chunk = &prompt[row.prefilled..end];
+    let logits = gmlx_models::generate::prefill(model, &mut row.caches, chunk, chunk.len())?;
+    row.prefilled = end;
+    if row.is_prefilled() {
+        row.logits = logits;
+    }
+    Ok(())
+}
+
+/// A fresh row for `request`; its prompt is run later, a chunk per step.
 fn admit<'t>(
     loaded: &'t Loaded,
     request: ValidRequest,
@@ -127,9 +162,10 @@ fn admit<'t>(
             context,
         });
     }
-    let mut caches = model.new_caches();
-    let logits =
-        gmlx_models::generate::prefill(model, &mut caches, &request.prompt, PREFILL_CHUNK)?;
+    if request.prompt.is_empty() {
+        return Err(gmlx_models::Error::EmptyPrompt.into());
+    }
+    let caches = model.new_caches();
     let mut sampler = Sampler::new(request.sampling.clone());
     sampler.observe(&request.prompt);
     let budget = request.max_tokens.min(context - request.prompt.len());
@@ -138,7 +174,8 @@ fn admit<'t>(
         sampler,
         decoder: loaded.tokenizer.stream_decoder(true),
         stop: StopFilter::new(request.stop.clone()),
-        logits,
+        prefilled: 0,
+        logits: Vec::new(),
         generated: 0,
         budget,
         request,
@@ -146,13 +183,17 @@ fn admit<'t>(
     })
 }
 
-/// Samples one token for every row, streams it, drops finished or abandoned rows, and runs
-/// the survivors' tokens through the model together.
+/// Samples one token for every prefilled row, streams it, drops finished or abandoned rows,
+/// and runs the survivors' tokens through the model together.
 fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()> {
     let tokenizer = &loaded.tokenizer;
     let mut next: Vec<TokenId> = Vec::with_capacity(rows.len());
     let mut keep = Vec::with_capacity(rows.len());
     for row in rows.iter_mut() {
+        if !row.is_prefilled() {
+            keep.push(true);
+            continue;
+        }
         let (token, finish, text, logprob) = sample_row(tokenizer, row)?;
         shared.generated_tokens.fetch_add(1, Ordering::Relaxed);
         let sent = row.sink.send(Event::Token(TokenOut {
@@ -183,12 +224,13 @@ fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()>
         i += 1;
         keep[i - 1]
     });
-    if rows.is_empty() {
+    let mut decoding: Vec<&mut Row<'_>> = rows.iter_mut().filter(|r| r.is_prefilled()).collect();
+    if decoding.is_empty() {
         return Ok(());
     }
-    let mut caches: Vec<&mut [KvCache]> = rows.iter_mut().map(|r| &mut r.caches[..]).collect();
+    let mut caches: Vec<&mut [KvCache]> = decoding.iter_mut().map(|r| &mut r.caches[..]).collect();
     let logits = forward_rows(loaded, &next, &mut caches)?;
-    for (row, l) in rows.iter_mut().zip(logits) {
+    for (row, l) in decoding.iter_mut().zip(logits) {
         row.logits = l;
     }
     Ok(())

@@ -1,0 +1,142 @@
+//! The host quantized matmul against MLX's own dequantization times a float64 host matmul,
+//! and its independence from the number of rows it is batched with.
+use gmlx_mlx::mlx_rs::ops::indexing::IndexOp;
+use gmlx_mlx::mlx_rs::{self, error::Exception, random, Device};
+use gmlx_mlx::qmm::{Mode, Packed};
+use gmlx_mlx::{cpu_qmm, ops, Array};
+
+type R<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn randn(shape: &[i32], seed: u64) -> Result<Array, Exception> {
+    random::normal::<f32>(shape, None, None, &random::key(seed)?)
+}
+
+fn host(a: &Array) -> Result<Vec<f32>, Exception> {
+    let a = a.as_dtype(mlx_rs::Dtype::Float32)?.flatten(None, None)?;
+    a.eval()?;
+    Ok(a.as_slice::<f32>().to_vec())
+}
+
+struct Quantized {
+    w: Array,
+    scales: Array,
+    biases: Array,
+    group_size: i32,
+    bits: i32,
+}
+
+impl Quantized {
+    fn new(n: i32, k: i32, group_size: i32, bits: i32, seed: u64) -> R<Quantized> {
+        let (w, scales, biases) = ops::quantize(&randn(&[n, k], seed)?, group_size, bits)?;
+        Ok(Quantized {
+            w,
+            scales,
+            biases,
+            group_size,
+            bits,
+        })
+    }
+
+    fn packed(&self) -> Packed<'_> {
+        Packed {
+            w: &self.w,
+            scales: &self.scales,
+            biases: Some(&self.biases),
+            group_size: self.group_size,
+            bits: self.bits,
+            mode: Mode::Affine,
+        }
+    }
+
+    /// `x @ dequantize(W)^T` in float64 on the host.
+    fn reference(&self, x: &Array) -> R<Vec<f32>> {
+        let w = host(&gmlx_mlx::qmm::dequantize(self.packed())?)?;
+        let xs = host(x)?;
+        let k = *x.shape().last().unwrap_or(&0) as usize;
+        let n = w.len() / k;
+        let m = xs.len() / k;
+        let mut out = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k)
+                    .map(|p| f64::from(xs[i * k + p]) * f64::from(w[j * k + p]))
+                    .sum();
+                out[i * n + j] = dot as f32;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() / scale)
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn matches_dequantized_product_for_every_bit_width_and_group_size() -> R<()> {
+    Device::set_default(&Device::cpu());
+    for bits in [2, 4, 8] {
+        for group_size in [32, 64, 128] {
+            // 70 features: not a multiple of the kernel's task size
+            let q = Quantized::new(70, 256, group_size, bits, 7)?;
+            for rows in [1, 3, 8] {
+                let x = randn(&[rows, 256], 11)?;
+                assert!(cpu_qmm::handles(&x, &q.packed(), rows as usize));
+                let got = host(&cpu_qmm::matmul(&x, q.packed())?)?;
+                let want = q.reference(&x)?;
+                let d = max_rel_diff(&got, &want);
+                assert!(d < 1e-5, "bits {bits} group {group_size} rows {rows}: {d}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn keeps_leading_dimensions_and_reads_strided_views() -> R<()> {
+    Device::set_default(&Device::cpu());
+    let q = Quantized::new(48, 128, 64, 4, 3)?;
+    // [128, 2, 3] transposed to [3, 2, 128]: a strided view of x
+    let x = randn(&[128, 2, 3], 5)?.transpose()?;
+    let y = cpu_qmm::matmul(&x, q.packed())?;
+    assert_eq!(y.shape(), &[3, 2, 48]);
+    let d = max_rel_diff(&host(&y)?, &q.reference(&x.contiguous()?)?);
+    assert!(d < 1e-5, "{d}");
+    Ok(())
+}
+
+#[test]
+fn a_rows_result_does_not_depend_on_its_batch() -> R<()> {
+    Device::set_default(&Device::cpu());
+    let q = Quantized::new(96, 576, 32, 4, 9)?;
+    let batch = randn(&[6, 576], 13)?;
+    let together = host(&cpu_qmm::matmul(&batch, q.packed())?)?;
+    for r in 0..6 {
+        let alone = batch.index(r..r + 1);
+        let alone = host(&cpu_qmm::matmul(&alone, q.packed())?)?;
+        assert_eq!(alone, together[r as usize * 96..(r as usize + 1) * 96]);
+    }
+    Ok(())
+}
+
+#[test]
+fn refuses_what_it_does_not_handle() -> R<()> {
+    Device::set_default(&Device::cpu());
+    let q = Quantized::new(32, 128, 32, 4, 1)?;
+    let x = randn(&[1, 128], 2)?;
+    assert!(cpu_qmm::handles(&x, &q.packed(), 1));
+    assert!(!cpu_qmm::handles(
+        &x.as_dtype(mlx_rs::Dtype::Bfloat16)?,
+        &q.packed(),
+        1
+    ));
+    assert!(!cpu_qmm::handles(&x, &q.packed(), cpu_qmm::MAX_ROWS + 1));
+    let five = Quantized::new(32, 128, 32, 5, 1)?;
+    assert!(!cpu_qmm::handles(&x, &five.packed(), 1));
+    Ok(())
+}
