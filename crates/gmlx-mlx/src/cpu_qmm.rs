@@ -9,7 +9,7 @@
 //! row's result does not depend on what it is batched with.
 //!
 //! It evaluates `x` to read it, so it is only for inference: [`crate::quant`] uses it while a
-//! [`crate::quant::host_products`] guard is alive and no `force_quantized_products` guard is
+//! [`crate::quant::host_products`] guard is alive and no `training_products` guard is
 //! (a differentiated graph must not be cut).
 use mlx_rs::{Array, Dtype};
 use rayon::prelude::*;

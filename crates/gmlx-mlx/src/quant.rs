@@ -41,33 +41,37 @@ enum Data {
 pub const CPU_DENSE_MIN_ROWS: usize = 4;
 
 thread_local! {
-    static FORCE_QUANTIZED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static TRAINING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static HOST_PRODUCTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// While alive, products built on this thread keep MLX's quantized matmul whatever the
-/// device and row count. Training holds one around the differentiated forward pass, whose
-/// graph would otherwise keep a float copy of every weight until the backward pass.
-pub struct QuantizedProducts {
+/// While alive, products built on this thread keep no float copy of a weight for the backward
+/// pass. Training holds one around the differentiated forward pass, whose graph would
+/// otherwise keep every dequantized weight alive until the backward pass: on a GPU, and for
+/// few rows, the product is MLX's quantized matmul; on the CPU from [`CPU_DENSE_MIN_ROWS`]
+/// rows it is dequantize-then-BLAS inside MLX's checkpoint transform, so the float weight is
+/// transient in the forward pass and rebuilt for the backward one (MLX's CPU quantized matmul
+/// costs about 20x more at training row counts).
+pub struct TrainingProducts {
     previous: bool,
 }
 
-/// Forces quantized products on this thread until the guard drops.
-pub fn force_quantized_products() -> QuantizedProducts {
-    QuantizedProducts {
-        previous: FORCE_QUANTIZED.with(|f| f.replace(true)),
+/// Products for a differentiated graph on this thread until the guard drops.
+pub fn training_products() -> TrainingProducts {
+    TrainingProducts {
+        previous: TRAINING.with(|f| f.replace(true)),
     }
 }
 
-impl Drop for QuantizedProducts {
+impl Drop for TrainingProducts {
     fn drop(&mut self) {
-        FORCE_QUANTIZED.with(|f| f.set(self.previous));
+        TRAINING.with(|f| f.set(self.previous));
     }
 }
 
 /// While alive, CPU products of few rows built on this thread may use the host kernel of
 /// [`crate::cpu_qmm`], which evaluates its input: hold one only around inference, never
-/// around a graph that will be differentiated. A [`force_quantized_products`] guard wins.
+/// around a graph that will be differentiated. A [`training_products`] guard wins.
 pub struct HostProducts {
     previous: bool,
 }
@@ -93,17 +97,23 @@ enum Route {
     Host,
     /// Dequantize for this product, then BLAS.
     Dense,
+    /// [`Route::Dense`] under MLX's checkpoint transform: nothing kept for the backward pass.
+    DenseRecomputed,
 }
 
 fn route(x: &Array, p: &Packed<'_>) -> Result<Route> {
-    if FORCE_QUANTIZED.with(|f| f.get()) {
-        return Ok(Route::Quantized);
-    }
     let device = mlx_rs::Device::try_default()?;
     if !matches!(device.get_type()?, mlx_rs::DeviceType::Cpu) {
         return Ok(Route::Quantized);
     }
     let rows = rows_of(x);
+    if TRAINING.with(|f| f.get()) {
+        return Ok(if rows >= CPU_DENSE_MIN_ROWS {
+            Route::DenseRecomputed
+        } else {
+            Route::Quantized
+        });
+    }
     if HOST_PRODUCTS.with(|f| f.get()) && crate::cpu_qmm::handles(x, p, rows) {
         Ok(Route::Host)
     } else if rows >= CPU_DENSE_MIN_ROWS {
@@ -119,6 +129,32 @@ fn rows_of(x: &Array) -> usize {
         .iter()
         .map(|&d| d.max(0) as usize)
         .product()
+}
+
+/// `x @ dequantize(W)^T` as one checkpointed function of `x`: MLX keeps only `x` (and the
+/// packed weight it already holds) for the backward pass.
+fn recomputed_dense(x: &Array, p: Packed<'_>) -> Result<Array> {
+    let (w, scales, biases) = (p.w.clone(), p.scales.clone(), p.biases.cloned());
+    let (group_size, bits, mode) = (p.group_size, p.bits, p.mode);
+    let product = crate::checkpoint::Checkpointed::new(move |xs: &[Array]| {
+        let packed = Packed {
+            w: &w,
+            scales: &scales,
+            biases: biases.as_ref(),
+            group_size,
+            bits,
+            mode,
+        };
+        let dense = qmm::dequantize(packed).map_err(Error::into_exception)?;
+        Ok(vec![xs[0].matmul(dense.t())?])
+    })?;
+    product
+        .apply(std::slice::from_ref(x))?
+        .pop()
+        .ok_or(Error::Ffi {
+            call: "mlx_closure_apply",
+            code: 0,
+        })
 }
 
 /// Borrowed access to either form.
@@ -332,6 +368,7 @@ impl QuantWeight {
                 Route::Quantized => qmm::quantized_matmul(x, p, true),
                 Route::Host => crate::cpu_qmm::matmul(x, p),
                 Route::Dense => Ok(x.matmul(qmm::dequantize(p)?.t())?),
+                Route::DenseRecomputed => recomputed_dense(x, p),
             },
             View::Dense(w) => Ok(x.matmul(w.t())?),
         }

@@ -196,3 +196,58 @@ fn expert_stacks_multiply_the_selected_expert_per_row() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Under `training_products`, gradients flow through a quantized weight's product to the
+/// activations at every row count (MLX's quantized matmul for few rows, the checkpointed
+/// dequantize-then-BLAS route from 4 rows on the CPU) as through the dense dequantized weight.
+#[test]
+fn training_products_pass_gradients_to_the_activations() {
+    use gmlx_mlx::mlx_rs::error::Exception;
+    use gmlx_mlx::mlx_rs::transforms::value_and_grad;
+
+    gmlx_mlx::device::use_device(gmlx_mlx::device::DeviceChoice::Auto).expect("device");
+    let (rows, cols) = (48u64, 256u64);
+    let dir = std::env::temp_dir().join(format!("gmlx-quant-grad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let path = dir.join("q4k.gguf");
+    let mut w = GgufWriter::new();
+    w.add_kv("general.architecture", "llama").expect("kv");
+    let n_blocks = (rows * cols) as usize / GgmlType::Q4_K.block_size();
+    w.add_tensor(
+        "w",
+        GgmlType::Q4_K,
+        &[cols, rows],
+        blocks(GgmlType::Q4_K, n_blocks, 5),
+    )
+    .expect("tensor");
+    w.write_to_path(&path).expect("write");
+    let file = GgufFile::open(&path).expect("open");
+    let weight =
+        QuantWeight::from_gguf(&file, file.tensor("w").expect("w"), Dtype::Float32).expect("load");
+    let dense = weight.dequantized().expect("dequantize");
+
+    for n in [2, 16] {
+        let x: Vec<f32> = (0..n * cols as usize)
+            .map(|i| ((i * 29 % 97) as f32 - 48.0) / 48.0)
+            .collect();
+        let x = Array::from_slice(&x, &[n as i32, cols as i32]);
+        let loss = |y: Array| -> Result<Vec<Array>, Exception> { Ok(vec![y.sin()?.sum(None)?]) };
+        let mut through_weight = value_and_grad(|xs: &[Array]| {
+            loss(weight.matmul(&xs[0]).map_err(|e| e.into_exception())?)
+        });
+        let mut through_dense = value_and_grad(|xs: &[Array]| loss(xs[0].matmul(dense.t())?));
+        let (_, got) = {
+            let _training = gmlx_mlx::quant::training_products();
+            through_weight(std::slice::from_ref(&x)).expect("gradient through the weight")
+        };
+        let (_, want) = through_dense(std::slice::from_ref(&x)).expect("dense gradient");
+        let (got, want) = (host(&got[0]), host(&want[0]));
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= 1e-4 * scale, "{n} rows: {worst} (scale {scale})");
+    }
+}

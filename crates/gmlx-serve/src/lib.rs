@@ -37,8 +37,10 @@ pub fn run(config: ServeConfig) -> Result<()> {
         queue_cap: config.queue_cap,
     };
     let mut models = BTreeMap::new();
+    let mut engines = Vec::new();
     for entry in &config.models {
         let engine = Engine::start(&entry.id, &entry.path, entry.adapter.as_deref(), options)?;
+        engines.push(engine.clone());
         let info = validate::ModelInfo::new(entry.clone(), engine)?;
         match &entry.adapter {
             Some(adapter) => eprintln!(
@@ -59,5 +61,11 @@ pub fn run(config: ServeConfig) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(http::serve(state))
+    let served = runtime.block_on(http::serve(state));
+    // whatever is still in flight after the grace period is cancelled, and every model is
+    // freed before the process exits
+    for engine in engines {
+        engine.shutdown();
+    }
+    served
 }

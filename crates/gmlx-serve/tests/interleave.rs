@@ -74,4 +74,6 @@ fn running_streams_keep_streaming_while_a_long_prompt_prefills() {
         tokens_meanwhile + 1 >= chunks,
         "{tokens_meanwhile} tokens streamed during a {chunks}-chunk prefill"
     );
+    // cancel the running stream and free the model before the process exits
+    engine.shutdown();
 }

@@ -251,7 +251,7 @@ pub fn loss_and_grads(
     };
     let mut vg = value_and_grad_with_argnums(f, &argnums[..]);
     // the base stays quantized in the differentiated graph (no float copy kept for backward)
-    let _quantized = gmlx_mlx::quant::force_quantized_products();
+    let _training = gmlx_mlx::quant::training_products();
     let (mut values, grads) = vg(&set.params)?;
     Ok((values.remove(0), grads))
 }

@@ -7,7 +7,8 @@ pub use request::{Done, Event, TokenLogprob, TokenOut, ValidRequest};
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
@@ -24,6 +25,8 @@ pub struct EngineOptions {
 
 pub(crate) enum Command {
     Submit(Box<ValidRequest>, UnboundedSender<Event>),
+    /// Cancel everything and end the scheduler thread.
+    Shutdown,
 }
 
 /// Figures the scheduler publishes after every step.
@@ -56,6 +59,8 @@ pub struct EngineStats {
 #[derive(Clone)]
 pub struct Engine {
     tx: mpsc::Sender<Command>,
+    /// The scheduler thread, joined by [`Engine::shutdown`].
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
     shared: Arc<Shared>,
     options: EngineOptions,
     vocab: usize,
@@ -90,7 +95,7 @@ impl Engine {
         let thread_shared = Arc::clone(&shared);
         let path = path.to_owned();
         let thread_id = id.to_owned();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(format!("gmlx-engine-{id}"))
             .spawn(move || {
                 let mut loaded =
@@ -122,6 +127,7 @@ impl Engine {
         })??;
         Ok(Engine {
             tx,
+            thread: Arc::new(Mutex::new(Some(thread))),
             shared,
             options,
             vocab,
@@ -158,6 +164,21 @@ impl Engine {
             return Err(Error::ShuttingDown);
         }
         Ok(events)
+    }
+
+    /// Cancels running and waiting requests (they get [`Error::ShuttingDown`]) and waits for
+    /// the scheduler thread to end and free the model. Other handles on this engine refuse
+    /// new requests from then on.
+    pub fn shutdown(self) {
+        let _ = self.tx.send(Command::Shutdown);
+        let handle = self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
     }
 
     pub fn stats(&self) -> EngineStats {

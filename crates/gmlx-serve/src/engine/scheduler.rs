@@ -51,12 +51,19 @@ pub(crate) fn run(
         if rows.is_empty() && waiting.is_empty() {
             match commands.recv() {
                 Ok(Command::Submit(r, s)) => waiting.push_back((r, s)),
-                Err(_) => break,
+                Ok(Command::Shutdown) | Err(_) => break,
             }
         }
         loop {
             match commands.try_recv() {
                 Ok(Command::Submit(r, s)) => waiting.push_back((r, s)),
+                Ok(Command::Shutdown) => {
+                    cancel(
+                        rows.drain(..).map(|r| r.sink),
+                        waiting.drain(..).map(|(_, s)| s),
+                    );
+                    return;
+                }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     open = false;
@@ -105,6 +112,16 @@ pub(crate) fn run(
         }
         shared.active.store(rows.len(), Ordering::SeqCst);
         publish(shared, emitted, start);
+    }
+}
+
+/// Tells every running and waiting request that the engine stopped.
+fn cancel(
+    running: impl Iterator<Item = UnboundedSender<Event>>,
+    waiting: impl Iterator<Item = UnboundedSender<Event>>,
+) {
+    for sink in running.chain(waiting) {
+        let _ = sink.send(Event::Failed(Error::ShuttingDown));
     }
 }
 
