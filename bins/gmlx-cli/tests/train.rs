@@ -410,3 +410,58 @@ fn training_learns_a_made_up_fact_and_run_applies_the_adapter_live() {
     assert!(tuned.contains("Quillemont"), "{tuned:?}");
     std::fs::remove_dir_all(&dir).expect("rm");
 }
+
+#[test]
+fn an_interrupted_run_exits_130_and_leaves_nothing_behind() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = scratch("interrupted");
+    std::fs::create_dir(dir.join("data")).expect("data dir");
+    std::fs::copy(
+        Path::new(&data_dir()).join("train.jsonl"),
+        dir.join("data/train.jsonl"),
+    )
+    .expect("copy rows");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gmlx"))
+        .args([
+            "train",
+            &default_model(),
+            "--data",
+            &dir.join("data").to_string_lossy(),
+            "--adapter-out",
+            &format!("{}/out/", dir.display()),
+            "--iters",
+            "100000",
+            "--num-layers",
+            "2",
+            "--report-every",
+            "1",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gmlx train");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = String::new();
+    // interrupt once training is under way
+    for line in lines.by_ref() {
+        let line = line.expect("stderr line");
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("step 1/") {
+            break;
+        }
+    }
+    assert!(seen.contains("step 1/"), "training never started:\n{seen}");
+    // SAFETY: sends SIGINT to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+    for line in lines {
+        seen.push_str(&line.expect("stderr line"));
+        seen.push('\n');
+    }
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(130), "{seen}");
+    assert!(seen.to_lowercase().contains("interrupt"), "{seen}");
+    assert_eq!(listing(&dir), vec!["data".to_owned()], "{seen}");
+    std::fs::remove_dir_all(&dir).expect("rm");
+}
