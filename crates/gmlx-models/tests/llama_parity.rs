@@ -176,3 +176,58 @@ fn stop_strings_end_generation_and_are_not_output() {
         Some(gmlx_models::FinishReason::Stop)
     );
 }
+
+/// `--dtype bfloat16` and `float16` run the same model in half precision: their logits stay
+/// within the dtype's rounding of llama.cpp's float32 reference, and they pick llama.cpp's
+/// token wherever its top choice leads by a clear margin.
+#[test]
+fn half_precision_dtypes_track_the_float32_reference() {
+    use gmlx_mlx::Dtype;
+    let g = golden();
+    let exact = &g["exact"];
+    let sequence = ids(&exact["sequence"]);
+    let path = default_model::fetch().expect("the default model");
+    // (dtype, largest |Δ logit| allowed): bfloat16 keeps 8 significant bits, float16 11;
+    // logits near 20 after 30 blocks. Measured 2026-12-02: 0.914 (bfloat16), 0.072 (float16).
+    for (dtype, bound) in [(Dtype::Bfloat16, 1.5f32), (Dtype::Float16, 0.25)] {
+        let loaded = load(
+            &path,
+            &LoadOptions {
+                dtype,
+                ..LoadOptions::default()
+            },
+        )
+        .expect("load");
+        let logits = all_logits(&loaded, &sequence);
+        let worst = max_diff_at_recorded_ids(&logits, exact);
+        let mut clear = 0;
+        for (p, (row, pos)) in logits
+            .iter()
+            .zip(exact["positions"].as_array().expect("positions"))
+            .enumerate()
+        {
+            let top: Vec<f64> = pos["top_logits"]
+                .as_array()
+                .expect("top logits")
+                .iter()
+                .filter_map(Value::as_f64)
+                .collect();
+            let margin = (top[0] - top[1]) as f32;
+            if margin > 2.0 * bound {
+                clear += 1;
+                assert_eq!(
+                    argmax(row),
+                    ids(&pos["top_ids"])[0],
+                    "{dtype:?} position {p}: argmax differs (llama.cpp margin {margin})"
+                );
+            }
+        }
+        eprintln!(
+            "{dtype:?}: max |gmlx - llama.cpp float32| {worst:.3}; argmax equal at all {clear} \
+             positions with a margin over {}",
+            2.0 * bound
+        );
+        assert!(clear >= 1, "no position with a margin over {}", 2.0 * bound);
+        assert!(worst < bound, "{dtype:?}: max logit difference {worst}");
+    }
+}
