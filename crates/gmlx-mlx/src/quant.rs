@@ -45,48 +45,45 @@ thread_local! {
     static HOST_PRODUCTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// While alive, products built on this thread keep no float copy of a weight for the backward
-/// pass. Training holds one around the differentiated forward pass, whose graph would
-/// otherwise keep every dequantized weight alive until the backward pass: on a GPU, and for
-/// few rows, the product is MLX's quantized matmul; on the CPU from [`CPU_DENSE_MIN_ROWS`]
-/// rows it is dequantize-then-BLAS inside MLX's checkpoint transform, so the float weight is
-/// transient in the forward pass and rebuilt for the backward one (MLX's CPU quantized matmul
-/// costs about 20x more at training row counts).
-pub struct TrainingProducts {
+/// While alive, sets a thread-local product policy; restores the previous one when dropped.
+#[must_use = "the policy holds only while the guard is alive"]
+pub struct ProductsGuard {
+    flag: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
     previous: bool,
 }
 
-/// Products for a differentiated graph on this thread until the guard drops.
-pub fn training_products() -> TrainingProducts {
-    TrainingProducts {
-        previous: TRAINING.with(|f| f.replace(true)),
+impl ProductsGuard {
+    fn set(flag: &'static std::thread::LocalKey<std::cell::Cell<bool>>) -> ProductsGuard {
+        ProductsGuard {
+            flag,
+            previous: flag.with(|f| f.replace(true)),
+        }
     }
 }
 
-impl Drop for TrainingProducts {
+impl Drop for ProductsGuard {
     fn drop(&mut self) {
-        TRAINING.with(|f| f.set(self.previous));
+        self.flag.with(|f| f.set(self.previous));
     }
 }
 
-/// While alive, CPU products of few rows built on this thread may use the host kernel of
-/// [`crate::cpu_qmm`], which evaluates its input: hold one only around inference, never
-/// around a graph that will be differentiated. A [`training_products`] guard wins.
-pub struct HostProducts {
-    previous: bool,
+/// Products for a differentiated graph on this thread until the guard drops: they keep no
+/// float copy of a weight for the backward pass. Training holds one around the differentiated
+/// forward pass, whose graph would otherwise keep every dequantized weight alive until the
+/// backward pass: on a GPU, and for few rows, the product is MLX's quantized matmul; on the
+/// CPU from [`CPU_DENSE_MIN_ROWS`] rows it is dequantize-then-BLAS inside MLX's checkpoint
+/// transform, so the float weight is transient in the forward pass and rebuilt for the
+/// backward one (MLX's CPU quantized matmul costs about 20x more at training row counts).
+pub fn training_products() -> ProductsGuard {
+    ProductsGuard::set(&TRAINING)
 }
 
-/// Allows host products on this thread until the guard drops.
-pub fn host_products() -> HostProducts {
-    HostProducts {
-        previous: HOST_PRODUCTS.with(|f| f.replace(true)),
-    }
-}
-
-impl Drop for HostProducts {
-    fn drop(&mut self) {
-        HOST_PRODUCTS.with(|f| f.set(self.previous));
-    }
+/// Allows CPU products of few rows on this thread to use the host kernel of
+/// [`crate::cpu_qmm`] until the guard drops. That kernel evaluates its input: hold one only
+/// around inference, never around a graph that will be differentiated. A
+/// [`training_products`] guard wins.
+pub fn host_products() -> ProductsGuard {
+    ProductsGuard::set(&HOST_PRODUCTS)
 }
 
 /// How a product of a packed weight is computed.

@@ -1,5 +1,8 @@
 //! The host quantized matmul against MLX's own dequantization times a float64 host matmul,
 //! and its independence from the number of rows it is batched with.
+mod common;
+
+use common::{host, host_matmul_t};
 use gmlx_mlx::mlx_rs::ops::indexing::IndexOp;
 use gmlx_mlx::mlx_rs::{self, error::Exception, random, Device};
 use gmlx_mlx::qmm::{Mode, Packed};
@@ -9,12 +12,6 @@ type R<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn randn(shape: &[i32], seed: u64) -> Result<Array, Exception> {
     random::normal::<f32>(shape, None, None, &random::key(seed)?)
-}
-
-fn host(a: &Array) -> Result<Vec<f32>, Exception> {
-    let a = a.as_dtype(mlx_rs::Dtype::Float32)?.flatten(None, None)?;
-    a.eval()?;
-    Ok(a.as_slice::<f32>().to_vec())
 }
 
 struct Quantized {
@@ -53,18 +50,7 @@ impl Quantized {
         let w = host(&gmlx_mlx::qmm::dequantize(self.packed())?)?;
         let xs = host(x)?;
         let k = *x.shape().last().unwrap_or(&0) as usize;
-        let n = w.len() / k;
-        let m = xs.len() / k;
-        let mut out = vec![0f32; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                let dot: f64 = (0..k)
-                    .map(|p| f64::from(xs[i * k + p]) * f64::from(w[j * k + p]))
-                    .sum();
-                out[i * n + j] = dot as f32;
-            }
-        }
-        Ok(out)
+        Ok(host_matmul_t(&xs, &w, xs.len() / k, w.len() / k, k))
     }
 }
 

@@ -1,8 +1,11 @@
 //! The MLX operations gmlx stands on, run on the default device (`auto`: the GPU when the
 //! loaded MLX has one, so the same test binary is the GPU smoke test on a CUDA machine) and
 //! compared with plain host loops.
+mod common;
+
+use common::{host, host_matmul_t};
 use gmlx_mlx::device::{self, DeviceChoice};
-use gmlx_mlx::mlx_rs::{self, error::Exception, fast, random, transforms};
+use gmlx_mlx::mlx_rs::{error::Exception, fast, random, transforms};
 use gmlx_mlx::{ops, Array};
 
 type R<T> = Result<T, Exception>;
@@ -15,32 +18,12 @@ fn randn(shape: &[i32], seed: u64) -> R<Array> {
     random::normal::<f32>(shape, None, None, &random::key(seed)?)
 }
 
-fn host(a: &Array) -> R<Vec<f32>> {
-    let a = a.as_dtype(mlx_rs::Dtype::Float32)?.flatten(None, None)?;
-    a.eval()?;
-    Ok(a.as_slice::<f32>().to_vec())
-}
-
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
-}
-
-/// `x [m,k] @ w[n,k]^T` on the host in f64.
-fn host_matmul_t(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
-    let mut out = vec![0f32; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            let dot: f64 = (0..k)
-                .map(|p| f64::from(x[i * k + p]) * f64::from(w[j * k + p]))
-                .sum();
-            out[i * n + j] = dot as f32;
-        }
-    }
-    out
 }
 
 #[test]
