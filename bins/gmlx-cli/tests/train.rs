@@ -454,7 +454,10 @@ fn an_interrupted_run_exits_130_and_leaves_nothing_behind() {
     }
     assert!(seen.contains("step 1/"), "training never started:\n{seen}");
     // SAFETY: sends SIGINT to our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
     for line in lines {
         seen.push_str(&line.expect("stderr line"));
         seen.push('\n');
