@@ -47,8 +47,9 @@
 //! - IQ4_NL, IQ4_XS: the 16 levels of `kvalues_iq4nl` are not evenly spaced.
 //! - MXFP4, NVFP4: E2M1 levels (0, 0.5, 1, 1.5, 2, 3, 4, 6) are not evenly spaced (NVFP4 also
 //!   has 16-wide scales).
-//! - Float and integer types are dense, not quantized; TQ1_0, TQ2_0, Q8_1 and Q8_K are not
-//!   supported.
+//! - TQ1_0 packs 5 trits per byte in base 3. TQ2_0 (`d * (q - 1)`, 2-bit) is affine with
+//!   group 256, wider than MLX's largest group, and its element order interleaves bytes.
+//! - Float and integer types are dense, not quantized; Q8_1 and Q8_K are not supported.
 
 use rayon::prelude::*;
 

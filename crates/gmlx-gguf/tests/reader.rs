@@ -275,18 +275,18 @@ fn tensor_table_errors() {
 #[test]
 fn unsupported_codecs_are_refused_with_name_and_count() {
     let dir = scratch("unsupported");
-    let p = dir.join("tq.gguf");
+    let p = dir.join("q8k.gguf");
     let mut w = GgufWriter::new();
     for i in 0..2 {
-        let n = GgmlType::TQ1_0.type_size();
-        w.add_tensor(&format!("t{i}"), GgmlType::TQ1_0, &[256], vec![0u8; n])
+        let n = GgmlType::Q8_K.type_size();
+        w.add_tensor(&format!("t{i}"), GgmlType::Q8_K, &[256], vec![0u8; n])
             .expect("tensor");
     }
     w.add_f32("ok", &[1], &[0.0]).expect("tensor");
     w.write_to_path(&p).expect("write");
     let f = GgufFile::open(&p).expect("open");
     let e = f.check_codecs().expect_err("refused").to_string();
-    assert_eq!(e, "codec TQ1_0 is not supported (2 tensor(s) use it)");
+    assert_eq!(e, "codec Q8_K is not supported (2 tensor(s) use it)");
     assert!(f.dequantize("t0").is_err());
 }
 

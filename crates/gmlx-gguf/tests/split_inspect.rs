@@ -125,7 +125,7 @@ fn inspect_report_summarises() {
         random_blocks(GgmlType::Q8_0, 1, &mut rng),
     )
     .expect("t");
-    w.add_tensor("c", GgmlType::TQ2_0, &[256], vec![0u8; 66])
+    w.add_tensor("c", GgmlType::Q8_K, &[256], vec![0u8; 292])
         .expect("t");
     w.write_to_path(&p).expect("write");
     let f = GgufFile::open(&p).expect("open");
@@ -137,7 +137,7 @@ fn inspect_report_summarises() {
     assert!(short.contains("... (1000 items)]"), "{short}");
     assert!(short.contains("(500 chars)"));
     assert!(short.contains("Q8_0          2 tensors"), "{short}");
-    assert!(short.contains("TQ2_0         1 tensors") && short.contains("(unsupported)"));
+    assert!(short.contains("Q8_K          1 tensors") && short.contains("(unsupported)"));
     assert!(!short.contains("shape (ggml order)"));
     let long = report(
         &f,

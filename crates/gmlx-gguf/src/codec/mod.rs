@@ -12,9 +12,9 @@
 //! | K-quants | `kquant.rs` | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K |
 //! | FP4 | `fp4.rs` | MXFP4, NVFP4 |
 //! | IQ | `iq.rs` | IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS |
+//! | ternary | `ternary.rs` | TQ1_0, TQ2_0 |
 //!
-//! Not decoded (refused with [`Error::UnsupportedCodec`]): TQ1_0, TQ2_0 and the dot-product-only
-//! Q8_1, Q8_K.
+//! Not decoded (refused with [`Error::UnsupportedCodec`]): the dot-product-only Q8_1, Q8_K.
 
 mod float;
 mod fp4;
@@ -23,6 +23,7 @@ mod iq;
 mod iq_tables;
 mod kquant;
 mod legacy;
+mod ternary;
 
 use rayon::prelude::*;
 
@@ -67,7 +68,9 @@ pub(crate) fn kernel(ty: GgmlType) -> Option<Kernel> {
         T::IQ1_M => iq::iq1_m,
         T::IQ4_NL => iq::iq4_nl,
         T::IQ4_XS => iq::iq4_xs,
-        T::Q8_1 | T::Q8_K | T::TQ1_0 | T::TQ2_0 => return None,
+        T::TQ1_0 => ternary::tq1_0,
+        T::TQ2_0 => ternary::tq2_0,
+        T::Q8_1 | T::Q8_K => return None,
     })
 }
 
