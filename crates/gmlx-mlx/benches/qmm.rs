@@ -1,5 +1,5 @@
-//! CPU quantized matmul strategies on one SmolLM2-sized projection (1536 x 576, 4-bit,
-//! group 32): MLX's `quantized_matmul`, the host kernel of `gmlx_mlx::cpu_qmm`, and
+//! CPU quantized matmul strategies on one SmolLM2-sized projection (1536 x 576, 4- and
+//! 5-bit, group 32): MLX's `quantized_matmul`, the host kernel of `gmlx_mlx::cpu_qmm`, and
 //! dequantize-then-BLAS, from decode (M = 1) to prefill (M = 128) shapes, measured in the
 //! same run. `cargo bench -p gmlx-mlx --bench qmm`.
 use std::time::Instant;
@@ -21,36 +21,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Device::set_default(&Device::cpu());
     let (n, k) = (1536, 576);
     let w = random::normal::<f32>(&[n, k], None, None, &random::key(1)?)?;
-    let (wq, s, b) = ops::quantize(&w, 32, 4)?;
-    let packed = Packed {
-        w: &wq,
-        scales: &s,
-        biases: Some(&b),
-        group_size: 32,
-        bits: 4,
-        mode: Mode::Affine,
-    };
-    println!(
-        "{:>5} {:>12} {:>12} {:>12} {:>14} {:>14}",
-        "M", "mlx qmm ms", "host ms", "deq+BLAS ms", "host vs mlx", "host vs BLAS"
-    );
-    for m in [1, 2, 4, 8, 16, 24, 32, 128] {
-        let x = random::normal::<f32>(&[m, k], None, None, &random::key(2)?)?;
-        x.eval()?;
-        let reps = if m <= 8 { 100 } else { 20 };
-        let q = time(reps, || {
-            ops::quantized_matmul(&x, &wq, &s, &b, true, 32, 4).expect("qmm")
-        });
-        let h = time(reps, || cpu_qmm::matmul(&x, packed).expect("host qmm"));
-        let d = time(reps, || {
-            let wd = ops::dequantize(&wq, &s, &b, 32, 4).expect("dequantize");
-            x.matmul(wd.t()).expect("matmul")
-        });
+    for bits in [4, 5] {
+        let (wq, s, b) = ops::quantize(&w, 32, bits)?;
+        let packed = Packed {
+            w: &wq,
+            scales: &s,
+            biases: Some(&b),
+            group_size: 32,
+            bits,
+            mode: Mode::Affine,
+        };
+        println!("{bits}-bit, group 32");
         println!(
-            "{m:>5} {q:>12.3} {h:>12.3} {d:>12.3} {:>13.2}x {:>13.2}x",
-            q / h,
-            d / h
+            "{:>5} {:>12} {:>12} {:>12} {:>14} {:>14}",
+            "M", "mlx qmm ms", "host ms", "deq+BLAS ms", "host vs mlx", "host vs BLAS"
         );
+        for m in [1, 2, 4, 8, 16, 24, 32, 128] {
+            let x = random::normal::<f32>(&[m, k], None, None, &random::key(2)?)?;
+            x.eval()?;
+            let reps = if m <= 8 { 100 } else { 20 };
+            let q = time(reps, || {
+                ops::quantized_matmul(&x, &wq, &s, &b, true, 32, bits).expect("qmm")
+            });
+            let h = time(reps, || cpu_qmm::matmul(&x, packed).expect("host qmm"));
+            let d = time(reps, || {
+                let wd = ops::dequantize(&wq, &s, &b, 32, bits).expect("dequantize");
+                x.matmul(wd.t()).expect("matmul")
+            });
+            println!(
+                "{m:>5} {q:>12.3} {h:>12.3} {d:>12.3} {:>13.2}x {:>13.2}x",
+                q / h,
+                d / h
+            );
+        }
     }
     let _ = mlx_rs::memory::clear_cache();
     Ok(())

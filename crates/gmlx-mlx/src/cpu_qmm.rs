@@ -25,10 +25,11 @@ const LANES: usize = 8;
 const FEATURES_PER_TASK: usize = 32;
 
 /// Whether the kernel handles this product: float32 activations and scales, affine codes of
-/// 2, 4 or 8 bits (whole codes per `u32`), a 2-D weight, at most [`MAX_ROWS`] rows.
+/// 2 to 6 or 8 bits, a 2-D weight, at most [`MAX_ROWS`] rows, a little-endian processor.
 pub fn handles(x: &Array, p: &Packed<'_>, rows: usize) -> bool {
-    p.mode == Mode::Affine
-        && matches!(p.bits, 2 | 4 | 8)
+    cfg!(target_endian = "little")
+        && p.mode == Mode::Affine
+        && matches!(p.bits, 2..=6 | 8)
         && p.group_size % 32 == 0
         && p.w.ndim() == 2
         && x.dtype() == Dtype::Float32
@@ -149,12 +150,18 @@ impl Affine<'_> {
     fn feature_bits<const FMA: bool>(&self, n: usize, x: &[f32], lanes: &mut [[f32; LANES]]) {
         match self.bits {
             2 => self.feature::<FMA, 2>(n, x, lanes),
+            3 => self.feature::<FMA, 3>(n, x, lanes),
             4 => self.feature::<FMA, 4>(n, x, lanes),
+            5 => self.feature::<FMA, 5>(n, x, lanes),
+            6 => self.feature::<FMA, 6>(n, x, lanes),
             _ => self.feature::<FMA, 8>(n, x, lanes),
         }
     }
 
-    /// Accumulates feature `n`'s dot product with every row of `x` into `lanes[row]`.
+    /// Accumulates feature `n`'s dot product with every row of `x` into `lanes[row]`. A row's
+    /// codes are one little-endian bit stream, code `j` at bit `j * BITS` (MLX packs 2, 4
+    /// and 8 bits per `u32` low bits first, and 3, 5 and 6 bits 8 codes per `BITS` bytes:
+    /// the same stream).
     #[inline(always)]
     fn feature<const FMA: bool, const BITS: usize>(
         &self,
@@ -165,21 +172,25 @@ impl Affine<'_> {
         for l in lanes.iter_mut() {
             *l = [0.0; LANES];
         }
-        let per_word = 32 / BITS;
-        let mask = (1u32 << BITS) - 1;
+        let mask = (1u16 << BITS) - 1;
         let groups = self.cols / self.group_size;
-        let words_per_row = self.cols / per_word;
-        let codes = &self.codes[n * words_per_row..(n + 1) * words_per_row];
+        let row_bytes = self.cols * BITS / 8;
+        let codes = &code_bytes(self.codes)[n * row_bytes..(n + 1) * row_bytes];
         let scales = &self.scales[n * groups..(n + 1) * groups];
         let biases = &self.biases[n * groups..(n + 1) * groups];
         let mut w = [0f32; 32];
+        // one block's 4 * BITS bytes, and a zero byte so the last code reads two bytes
+        let mut block = [0u8; 33];
         for start in (0..self.cols).step_by(32) {
             let g = start / self.group_size;
             let (scale, bias) = (scales[g], biases[g]);
-            let words = &codes[start / per_word..(start + 32) / per_word];
+            let at = start * BITS / 8;
+            block[..4 * BITS].copy_from_slice(&codes[at..at + 4 * BITS]);
             for (j, v) in w.iter_mut().enumerate() {
-                let code = (words[j / per_word] >> ((j % per_word) * BITS)) & mask;
-                *v = mul_add::<FMA>(code as f32, scale, bias);
+                let bit = j * BITS;
+                let pair = u16::from_le_bytes([block[bit / 8], block[bit / 8 + 1]]);
+                let code = (pair >> (bit % 8)) & mask;
+                *v = mul_add::<FMA>(f32::from(code), scale, bias);
             }
             for (r, acc) in lanes.iter_mut().enumerate() {
                 let xr = &x[r * self.cols + start..r * self.cols + start + 32];
@@ -191,6 +202,13 @@ impl Affine<'_> {
             }
         }
     }
+}
+
+/// The packed codes as bytes, in memory order (the kernel reads them little-endian; see
+/// [`handles`]).
+fn code_bytes(codes: &[u32]) -> &[u8] {
+    // SAFETY: any u32 is 4 valid bytes, u8 has alignment 1, and the length is exact.
+    unsafe { std::slice::from_raw_parts(codes.as_ptr().cast::<u8>(), std::mem::size_of_val(codes)) }
 }
 
 #[inline(always)]

@@ -66,7 +66,7 @@ fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn matches_dequantized_product_for_every_bit_width_and_group_size() -> R<()> {
     Device::set_default(&Device::cpu());
-    for bits in [2, 4, 8] {
+    for bits in [2, 3, 4, 5, 6, 8] {
         for group_size in [32, 64, 128] {
             // 70 features: not a multiple of the kernel's task size
             let q = Quantized::new(70, 256, group_size, bits, 7)?;
@@ -122,7 +122,11 @@ fn refuses_what_it_does_not_handle() -> R<()> {
         1
     ));
     assert!(!cpu_qmm::handles(&x, &q.packed(), cpu_qmm::MAX_ROWS + 1));
-    let five = Quantized::new(32, 128, 32, 5, 1)?;
-    assert!(!cpu_qmm::handles(&x, &five.packed(), 1));
+    let mxfp4 = Packed {
+        mode: Mode::Mxfp4,
+        biases: None,
+        ..q.packed()
+    };
+    assert!(!cpu_qmm::handles(&x, &mxfp4, 1));
     Ok(())
 }
