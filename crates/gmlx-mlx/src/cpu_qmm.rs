@@ -52,6 +52,20 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
         cols: p.scales.shape()[1] as usize * p.group_size as usize,
         features: p.w.shape()[0] as usize,
     };
+    let groups = weight.cols / weight.group_size.max(1);
+    if weight.codes.len() * 32 != weight.features * weight.cols * weight.bits
+        || weight.scales.len() != weight.features * groups
+        || weight.biases.len() != weight.scales.len()
+    {
+        return Err(host_error(format!(
+            "packed weight of {} words and {} scales does not hold {} x {} {}-bit codes",
+            weight.codes.len(),
+            weight.scales.len(),
+            weight.features,
+            weight.cols,
+            weight.bits
+        )));
+    }
     let shape = x.shape().to_vec();
     let cols = shape.last().copied().unwrap_or(0) as usize;
     if cols != weight.cols || x.dtype() != Dtype::Float32 {

@@ -130,3 +130,19 @@ fn refuses_what_it_does_not_handle() -> R<()> {
     assert!(!cpu_qmm::handles(&x, &mxfp4, 1));
     Ok(())
 }
+
+#[test]
+fn a_packed_weight_that_does_not_add_up_is_an_error() -> R<()> {
+    Device::set_default(&Device::cpu());
+    let q = Quantized::new(32, 128, 32, 4, 1)?;
+    let other = Quantized::new(64, 128, 32, 4, 2)?;
+    let x = randn(&[1, 128], 3)?;
+    let mismatched = Packed {
+        scales: &other.scales,
+        biases: Some(&other.biases),
+        ..q.packed()
+    };
+    let e = cpu_qmm::matmul(&x, mismatched).expect_err("refused");
+    assert!(e.to_string().contains("does not hold"), "{e}");
+    Ok(())
+}
