@@ -356,7 +356,7 @@ impl QuantWeight {
     /// On the CPU, MLX's quantized matmul costs the same per row of `x` whatever their number
     /// (`benches/qmm.rs`: 0.8 ms per row on a 1536 x 576 4-bit matrix, 25x slower than
     /// dequantize-then-BLAS at 128 rows). So on the CPU, under a [`host_products`] guard, up
-    /// to [`crate::cpu_qmm::MAX_ROWS`] rows go to the host kernel; from
+    /// to [`crate::cpu_qmm::max_rows`] rows go to the host kernel; from
     /// [`CPU_DENSE_MIN_ROWS`] rows otherwise, the weight is dequantized for this one product
     /// and multiplied by BLAS. Either way it stays quantized in memory.
     pub fn matmul(&self, x: &Array) -> Result<Array> {

@@ -70,9 +70,13 @@ fn matches_dequantized_product_for_every_bit_width_and_group_size() -> R<()> {
         for group_size in [32, 64, 128] {
             // 70 features: not a multiple of the kernel's task size
             let q = Quantized::new(70, 256, group_size, bits, 7)?;
-            for rows in [1, 3, 8] {
+            for rows in [1, 3, 8, 40] {
                 let x = randn(&[rows, 256], 11)?;
-                assert!(cpu_qmm::handles(&x, &q.packed(), rows as usize));
+                // past its row limit the kernel is not routed to, but still exact
+                assert_eq!(
+                    cpu_qmm::handles(&x, &q.packed(), rows as usize),
+                    rows as usize <= cpu_qmm::max_rows(bits)
+                );
                 let got = host(&cpu_qmm::matmul(&x, q.packed())?)?;
                 let want = q.reference(&x)?;
                 let d = max_rel_diff(&got, &want);
@@ -122,6 +126,13 @@ fn refuses_what_it_does_not_handle() -> R<()> {
         1
     ));
     assert!(!cpu_qmm::handles(&x, &q.packed(), cpu_qmm::MAX_ROWS + 1));
+    let five = Quantized::new(32, 128, 32, 5, 1)?;
+    assert!(cpu_qmm::handles(&x, &five.packed(), cpu_qmm::MAX_ROWS + 1));
+    assert!(!cpu_qmm::handles(
+        &x,
+        &five.packed(),
+        cpu_qmm::MAX_ROWS_ODD_BITS + 1
+    ));
     let mxfp4 = Packed {
         mode: Mode::Mxfp4,
         biases: None,
