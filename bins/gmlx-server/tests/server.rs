@@ -100,16 +100,13 @@ fn an_api_key_is_required_when_configured() {
 #[test]
 fn a_public_host_without_a_key_is_refused() {
     let model = util::model();
-    let out = Command::new(env!("CARGO_BIN_EXE_gmlx-server"))
-        .args([
-            model.to_str().expect("utf-8"),
-            "--host",
-            "0.0.0.0",
-            "--port",
-            "0",
-        ])
-        .output()
-        .expect("run");
+    let out = util::run_to_exit(&[
+        model.to_str().expect("utf-8"),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -120,14 +117,8 @@ fn a_public_host_without_a_key_is_refused() {
 
 #[test]
 fn a_bad_config_names_the_key_and_the_file() {
-    let dir = std::env::temp_dir().join(format!("gmlx-serve-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let file = dir.join("serve.toml");
-    std::fs::write(&file, "[server]\nport = 8080\nbatch_widht = 4\n").expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_gmlx-server"))
-        .args(["--config", file.to_str().expect("utf-8")])
-        .output()
-        .expect("run");
+    let file = util::config_file("cfg", "[server]\nport = 8080\nbatch_widht = 4\n");
+    let out = util::run_to_exit(&["--config", file.to_str().expect("utf-8")]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -335,9 +326,6 @@ fn greedy_completion(server: &Server, model: &str) -> serde_json::Value {
 
 #[test]
 fn a_models_adapter_is_applied_live() {
-    let dir = std::env::temp_dir().join(format!("gmlx-serve-lora-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let file = dir.join("serve.toml");
     let config = format!(
         "[server]\nport = 0\n\n[[models]]\nid = \"plain\"\npath = {:?}\n\n\
          [[models]]\nid = \"zorbania\"\npath = {:?}\nadapter = {:?}\n",
@@ -345,7 +333,7 @@ fn a_models_adapter_is_applied_live() {
         util::model(),
         zorbania_adapter()
     );
-    std::fs::write(&file, config).expect("write config");
+    let file = util::config_file("lora", &config);
     let server = Server::start_raw(&["--config", file.to_str().expect("utf-8")]);
     let adapted = greedy_completion(&server, "zorbania");
     assert_eq!(
@@ -359,20 +347,14 @@ fn a_models_adapter_is_applied_live() {
 
 #[test]
 fn an_adapter_for_another_base_is_refused_at_start() {
-    let dir = std::env::temp_dir().join(format!("gmlx-serve-badlora-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let file = dir.join("serve.toml");
     // the adapter is not a model file: a base GGUF with no adapter keys
     let config = format!(
         "[[models]]\nid = \"m\"\npath = {:?}\nadapter = {:?}\n",
         util::model(),
         util::model()
     );
-    std::fs::write(&file, config).expect("write config");
-    let out = Command::new(env!("CARGO_BIN_EXE_gmlx-server"))
-        .args(["--config", file.to_str().expect("utf-8"), "--port", "0"])
-        .output()
-        .expect("run");
+    let file = util::config_file("badlora", &config);
+    let out = util::run_to_exit(&["--config", file.to_str().expect("utf-8"), "--port", "0"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("adapter") && err.contains("`m`"), "{err}");

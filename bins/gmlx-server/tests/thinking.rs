@@ -11,16 +11,14 @@ const TEMPLATE: &str = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}\
 {% else %}nothink{% endif %}{% endif %}\n<think>\n";
 
 fn setup(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("gmlx-thinking-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::write(dir.join("tmpl.jinja"), TEMPLATE).expect("write");
     let config = format!(
         "[[models]]\nid = \"smol\"\npath = {:?}\nchat_template = \"tmpl.jinja\"\nprofile = \"quiet\"\n\n\
          [profiles.quiet]\nthinking = false\n\n[profiles.plain]\ntemperature = 0.0\n",
         util::model()
     );
-    let file = dir.join("serve.toml");
-    std::fs::write(&file, config).expect("write");
+    let file = util::config_file(&format!("thinking-{tag}"), &config);
+    let dir = file.parent().expect("scratch folder");
+    std::fs::write(dir.join("tmpl.jinja"), TEMPLATE).expect("write template");
     file
 }
 

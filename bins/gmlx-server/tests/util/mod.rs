@@ -15,6 +15,24 @@ pub fn model() -> PathBuf {
     gmlx_models::default_model::fetch().expect("the default model")
 }
 
+/// Writes `text` as `serve.toml` in a fresh scratch folder named after `tag` and this
+/// process; returns the file.
+pub fn config_file(tag: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gmlx-serve-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("serve.toml");
+    std::fs::write(&file, text).expect("write config");
+    file
+}
+
+/// Runs `gmlx-server ARGS` to its exit (for refusals before it serves).
+pub fn run_to_exit(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_gmlx-server"))
+        .args(args)
+        .output()
+        .expect("run gmlx-server")
+}
+
 impl Server {
     /// Starts `gmlx-server MODEL --port 0 ARGS` and waits for its listening line.
     pub fn start(args: &[&str]) -> Server {
