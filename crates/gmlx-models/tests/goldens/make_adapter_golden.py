@@ -17,7 +17,7 @@ import tempfile
 import numpy as np
 import llama_cpp
 
-from reference import float32_copy, greedy, open_llama
+from reference import float32_copy, greedy, open_llama, positions
 
 BASE, ADAPTER, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 PROMPT = "The capital of Zorbania is"
@@ -32,17 +32,7 @@ with tempfile.TemporaryDirectory() as tmp:
     prompt_ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
     tokens, margins = greedy(llm, prompt_ids, N_PREDICT)
     sequence = prompt_ids + tokens
-    llm.reset()
-    llm.eval(sequence)
-    positions = []
-    for p in range(len(sequence)):
-        row = np.array(llm.scores[p], dtype=np.float32)
-        top = np.argsort(-row, kind="stable")[:TOP].tolist()
-        positions.append({
-            "top_ids": top,
-            "top_logits": [round(float(row[i]), 6) for i in top],
-            "fixed_logits": [round(float(row[i]), 6) for i in FIXED_IDS],
-        })
+    per_position = positions(llm, sequence, TOP, FIXED_IDS)
     golden = {
         "base": os.path.basename(BASE),
         "adapter": os.path.basename(ADAPTER),
@@ -56,7 +46,7 @@ with tempfile.TemporaryDirectory() as tmp:
         "text": llm.detokenize(tokens).decode("utf-8", "replace"),
         "sequence": sequence,
         "fixed_ids": FIXED_IDS,
-        "positions": positions,
+        "positions": per_position,
     }
     del llm
 

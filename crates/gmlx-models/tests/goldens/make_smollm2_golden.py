@@ -21,7 +21,7 @@ import numpy as np
 import gguf
 import llama_cpp
 
-from reference import float32_copy, greedy, open_llama
+from reference import float32_copy, greedy, open_llama, positions
 
 MODEL, OUT = sys.argv[1], sys.argv[2]
 PROMPT = "The capital of France is"
@@ -53,20 +53,10 @@ with tempfile.TemporaryDirectory() as tmp:
     llm = open_llama(copy, kv_f32=True)
     tokens, margins = greedy(llm, prompt_ids, N_PREDICT)
     sequence = prompt_ids + tokens
-    llm.reset()
-    llm.eval(sequence)
-    positions = []
-    for p in range(len(sequence)):
-        row = np.array(llm.scores[p], dtype=np.float32)
-        top = np.argsort(-row, kind="stable")[:TOP].tolist()
-        positions.append({
-            "top_ids": top,
-            "top_logits": [round(float(row[i]), 6) for i in top],
-            "fixed_logits": [round(float(row[i]), 6) for i in FIXED_IDS],
-        })
+    per_position = positions(llm, sequence, TOP, FIXED_IDS)
     golden["exact"] = {"kv_cache": "f32", "greedy": tokens, "margins": margins,
                        "text": llm.detokenize(tokens).decode("utf-8", "replace"),
-                       "sequence": sequence, "fixed_ids": FIXED_IDS, "positions": positions}
+                       "sequence": sequence, "fixed_ids": FIXED_IDS, "positions": per_position}
     del llm
 
 with open(OUT, "w") as f:

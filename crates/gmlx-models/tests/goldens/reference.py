@@ -1,28 +1,33 @@
 """llama.cpp reference helpers shared by the golden scripts: the float32 copy of a GGUF
 (every tensor dequantized with gguf-py and written back with its GGUFWriter), greedy runs
 with top-1/top-2 margins, and a Llama handle (f32 KV cache for the exact reference)."""
+import os
+import sys
+
 import numpy as np
-import gguf
 from llama_cpp import Llama
 
+# the float32 copy is the fixture pipeline's own (tools/fixtures/golden.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "..", "..", "tools", "fixtures"))
+from golden import float32_copy  # noqa: E402,F401  (re-exported to the golden scripts)
 
-def float32_copy(src, dst):
-    reader = gguf.GGUFReader(src)
-    arch = reader.get_field("general.architecture").contents()
-    writer = gguf.GGUFWriter(dst, arch)
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
-    for t in reader.tensors:
-        values = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        writer.add_tensor(t.name, values, raw_dtype=gguf.GGMLQuantizationType.F32)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+
+def positions(llm, sequence, top, fixed_ids):
+    """Per position of `sequence` (evaluated as one batch): the `top` highest logits with their
+    ids, and the logits at `fixed_ids`."""
+    llm.reset()
+    llm.eval(sequence)
+    out = []
+    for p in range(len(sequence)):
+        row = np.array(llm.scores[p], dtype=np.float32)
+        best = np.argsort(-row, kind="stable")[:top].tolist()
+        out.append({
+            "top_ids": best,
+            "top_logits": [round(float(row[i]), 6) for i in best],
+            "fixed_logits": [round(float(row[i]), 6) for i in fixed_ids],
+        })
+    return out
 
 
 def greedy(llm, ids, n):
