@@ -89,14 +89,13 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
     }
     // a strided view is copied to row-major first
     let contiguous;
-    let x = match x.try_as_slice::<f32>() {
-        Ok(_) => x,
+    let xs = match x.try_as_slice::<f32>() {
+        Ok(xs) => xs,
         Err(_) => {
             contiguous = x.contiguous()?;
-            &contiguous
+            contiguous.try_as_slice::<f32>().map_err(host_error)?
         }
     };
-    let xs = x.try_as_slice::<f32>().map_err(host_error)?;
     let rows = xs.len() / cols.max(1);
     let by_feature = weight.multiply(xs, rows);
     let mut out = vec![0f32; rows * weight.features];
