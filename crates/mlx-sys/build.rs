@@ -2,7 +2,8 @@
 //!
 //! Upstream mlx-sys 0.7.0 builds MLX from source and links Apple frameworks. This one:
 //!   1. finds the prebuilt MLX: `$MLX_PREFIX`, or else the hash-pinned PyPI wheel
-//!      `mlx-cpu==0.32.2`, downloaded once with pip into the gmlx cache directory;
+//!      `mlx-cpu==0.32.2` (Linux x86_64; `mlx-metal` on Apple silicon, untested), downloaded
+//!      once with pip into the gmlx cache directory;
 //!   2. takes the mlx-c 0.7.0 sources from the upstream crate itself: a nested
 //!      `cargo metadata` on a throw-away manifest makes Cargo download, checksum-verify and
 //!      unpack it (nothing is vendored);
@@ -12,7 +13,7 @@
 //!      bundles reference BLAS, about 20x slower for float32 matmul on CPU).
 //!
 //! Environment:
-//!   MLX_PREFIX      a prebuilt MLX (lib/libmlx.so, include/mlx, share/cmake/MLX)
+//!   MLX_PREFIX      a prebuilt MLX (lib/libmlx.so or .dylib, include/mlx, share/cmake/MLX)
 //!   MLX_C_SRC       an mlx-c 0.7.0 source tree to use instead of the upstream crate's
 //!   GMLX_CACHE_DIR  where the wheel is unpacked (default: $XDG_CACHE_HOME/gmlx or ~/.cache/gmlx)
 //!   GMLX_BLAS       `openblas` (default when found), `reference` (the wheel's own BLAS), or
@@ -26,10 +27,44 @@ use std::{
 /// The crates.io mlx-sys whose `src/mlx-c` we build, and the sha256 of its .crate file.
 const UPSTREAM_VERSION: &str = "0.7.0";
 const UPSTREAM_CHECKSUM: &str = "da965f83ce211b80f9b681d9bbd6fa625fe6bb2e659ba7bc55dd95eea8d3b028";
-/// The MLX release mlx-c 0.7.0 is written for (0.32.4 already breaks `mlx_gather_qmm`), and
-/// the sha256 of its Linux x86_64 CPU wheel on PyPI. The one place the version is pinned.
+/// The MLX release mlx-c 0.7.0 is written for (0.32.4 already breaks `mlx_gather_qmm`). The
+/// one place the version is pinned.
 const PINNED_MLX: &str = "0.32.2";
-const CPU_WHEEL_SHA256: &str = "fc5d31b90fc4f457b2f9614ed45651a567d22a6a11a03d114a90a4e10bdd8878";
+
+/// A PyPI wheel that holds a prebuilt MLX under `mlx/` (`lib/`, `include/`, `share/cmake/`).
+struct Wheel {
+    package: &'static str,
+    platform: &'static str,
+    sha256: &'static str,
+    /// The shared library inside `mlx/lib/`.
+    library: &'static str,
+}
+
+/// The wheel for each target the build knows: the CPU wheel on Linux x86_64 (tested every
+/// day), the Metal wheel on Apple silicon (untested: no Mac here; its hash is PyPI's file).
+/// Elsewhere, `MLX_PREFIX` names an MLX install.
+fn wheel_for_target() -> Wheel {
+    let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    match (os.as_str(), arch.as_str()) {
+        ("linux", "x86_64") => Wheel {
+            package: "mlx-cpu",
+            platform: "manylinux_2_35_x86_64",
+            sha256: "fc5d31b90fc4f457b2f9614ed45651a567d22a6a11a03d114a90a4e10bdd8878",
+            library: "libmlx.so",
+        },
+        ("macos", "aarch64") => Wheel {
+            package: "mlx-metal",
+            platform: "macosx_14_0_arm64",
+            sha256: "3825fff379dbc107dd3413e564a06caeaa24819910ec49c0439e454c06a1b9b8",
+            library: "libmlx.dylib",
+        },
+        _ => panic!(
+            "no prebuilt MLX wheel is known for {os}-{arch}: set MLX_PREFIX to an MLX \
+             {PINNED_MLX} install (lib/, include/, share/cmake/MLX)"
+        ),
+    }
+}
 /// Where Debian/Ubuntu packages put OpenBLAS (`libopenblas0-pthread`, `-openmp`, `-serial`).
 const OPENBLAS_DIRS: &[&str] = &[
     "/usr/lib/x86_64-linux-gnu/openblas-pthread",
@@ -148,11 +183,12 @@ fn main() {
         .expect("write bindings.rs");
 }
 
-/// `$MLX_PREFIX`, or the CPU wheel unpacked in the cache directory (downloaded on first use).
+/// `$MLX_PREFIX`, or the target's wheel unpacked in the cache directory (downloaded on first
+/// use).
 fn mlx_prefix() -> PathBuf {
     let prefix = match env::var_os("MLX_PREFIX") {
         Some(p) => PathBuf::from(p),
-        None => cached_cpu_wheel(),
+        None => cached_wheel(&wheel_for_target()),
     };
     let prefix = fs::canonicalize(&prefix)
         .unwrap_or_else(|e| panic!("MLX_PREFIX={}: {e}", prefix.display()));
@@ -168,37 +204,36 @@ fn mlx_prefix() -> PathBuf {
 }
 
 fn cache_dir() -> PathBuf {
-    if let Some(dir) = env::var_os("GMLX_CACHE_DIR") {
-        return PathBuf::from(dir);
-    }
-    if let Some(dir) = env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(dir).join("gmlx");
-    }
-    let home = env::var_os("HOME").expect("HOME is not set; set GMLX_CACHE_DIR or MLX_PREFIX");
-    PathBuf::from(home).join(".cache/gmlx")
+    gmlx_cache::dir()
 }
 
-/// The `mlx/` directory of `mlx-cpu==PINNED_MLX`, fetched with pip (hash-checked) and unpacked
-/// once into `<cache>/mlx-cpu-<version>/`.
-fn cached_cpu_wheel() -> PathBuf {
-    let dest = cache_dir().join(format!("mlx-cpu-{PINNED_MLX}"));
+/// The `mlx/` directory of `wheel` at `PINNED_MLX`, fetched with pip (hash-checked) and
+/// unpacked once into `<cache>/<package>-<version>/`.
+fn cached_wheel(wheel: &Wheel) -> PathBuf {
+    let Wheel {
+        package,
+        platform,
+        sha256,
+        library,
+    } = *wheel;
+    let dest = cache_dir().join(format!("{package}-{PINNED_MLX}"));
     let prefix = dest.join("mlx");
-    if prefix.join("lib/libmlx.so").is_file() {
+    if prefix.join("lib").join(library).is_file() {
         return prefix;
     }
     let parent = dest.parent().expect("cache dir");
     fs::create_dir_all(parent).unwrap_or_else(|e| panic!("create {}: {e}", parent.display()));
-    let work = parent.join(format!(".mlx-cpu-{PINNED_MLX}.{}", std::process::id()));
+    let work = parent.join(format!(".{package}-{PINNED_MLX}.{}", std::process::id()));
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).expect("create wheel work dir");
     let requirement = work.join("requirements.txt");
     fs::write(
         &requirement,
-        format!("mlx-cpu=={PINNED_MLX} --hash=sha256:{CPU_WHEEL_SHA256}\n"),
+        format!("{package}=={PINNED_MLX} --hash=sha256:{sha256}\n"),
     )
     .expect("write requirements");
     println!(
-        "cargo:warning=downloading mlx-cpu=={PINNED_MLX} from PyPI into {}",
+        "cargo:warning=downloading {package}=={PINNED_MLX} from PyPI into {}",
         dest.display()
     );
     let python = env::var("PYTHON").unwrap_or_else(|_| "python3".into());
@@ -211,12 +246,7 @@ fn cached_cpu_wheel() -> PathBuf {
             "--no-deps",
             "--only-binary=:all:",
         ])
-        .args([
-            "--require-hashes",
-            "--platform",
-            "manylinux_2_35_x86_64",
-            "-r",
-        ])
+        .args(["--require-hashes", "--platform", platform, "-r"])
         .arg(&requirement)
         .arg("-d")
         .arg(&work)
@@ -224,7 +254,7 @@ fn cached_cpu_wheel() -> PathBuf {
         .unwrap_or_else(|e| panic!("could not run `{python} -m pip` to fetch MLX: {e}"));
     assert!(
         status.success(),
-        "pip could not download mlx-cpu=={PINNED_MLX}; set MLX_PREFIX to an MLX install instead"
+        "pip could not download {package}=={PINNED_MLX}; set MLX_PREFIX to an MLX install instead"
     );
     let wheel = fs::read_dir(&work)
         .expect("read wheel dir")
@@ -242,7 +272,7 @@ fn cached_cpu_wheel() -> PathBuf {
         .status()
         .expect("run python to unzip the wheel");
     assert!(status.success(), "could not unpack {}", wheel.display());
-    if fs::rename(&unpacked, &dest).is_err() && !prefix.join("lib/libmlx.so").is_file() {
+    if fs::rename(&unpacked, &dest).is_err() && !prefix.join("lib").join(library).is_file() {
         panic!("could not move the unpacked wheel to {}", dest.display());
     }
     let _ = fs::remove_dir_all(&work);

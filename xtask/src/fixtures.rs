@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::{cache, run_command, setup};
+use crate::{run_command, setup};
 
 pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
@@ -21,7 +21,7 @@ pub fn run(args: &[String]) -> Result<()> {
         return Ok(());
     }
     let root = setup::workspace_root();
-    let cache = cache::dir();
+    let cache = gmlx_cache::dir();
     fs::create_dir_all(&cache).with_context(|| format!("create {}", cache.display()))?;
     let sources = setup::run()?.llama_cpp;
     let python = fixture_venv(&root, &cache)?;

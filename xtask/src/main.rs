@@ -5,7 +5,6 @@
 //! - `lint`: `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`.
 //! - `bench mlx`: MLX CPU matmul GFLOP/s with the BLAS in use next to the wheel's reference BLAS.
 mod bench;
-mod cache;
 mod certify;
 mod fixtures;
 mod setup;

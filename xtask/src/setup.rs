@@ -1,14 +1,15 @@
 //! The references tests compare against, fetched once into the cache directory:
 //! - a Python venv with `xtask/python-requirements.txt` (`GMLX_PYTHON`);
 //! - llama.cpp's sources from the `llama-cpp-python` sdist on PyPI (`GMLX_LLAMA_CPP`): its
-//!   tokenizer test suite, chat templates and converter.
+//!   tokenizer test suite, chat templates and converter;
+//! - the default model (SmolLM2-135M-Instruct Q4_1), which the real-model tests read.
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::{cache, run_command};
+use crate::run_command;
 
 const LLAMA_CPP_PYTHON: &str = "0.3.36";
 const LLAMA_CPP_PYTHON_SHA256: &str =
@@ -32,12 +33,15 @@ impl References {
 }
 
 pub fn run() -> Result<References> {
-    let cache = cache::dir();
+    let cache = gmlx_cache::dir();
     fs::create_dir_all(&cache).with_context(|| format!("create {}", cache.display()))?;
-    Ok(References {
+    let references = References {
         python: python_env(&cache)?,
         llama_cpp: llama_cpp_sources(&cache)?,
-    })
+    };
+    // fetched here once, so the tests that read it never download it concurrently
+    gmlx_cache::default_model::fetch()?;
+    Ok(references)
 }
 
 pub fn workspace_root() -> PathBuf {

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod model_args;
+mod perplexity;
 mod run;
-#[path = "../../gmlx-server/src/args.rs"]
-mod serve;
 mod train;
 
 #[derive(Parser)]
@@ -35,9 +35,11 @@ enum Command {
     /// Generate text from a GGUF model (the default model when none is given).
     Run(run::RunArgs),
     /// Serve models over an OpenAI-compatible HTTP API in the foreground (as gmlx-server).
-    Serve(serve::ServeArgs),
+    Serve(gmlx_serve::args::ServeArgs),
     /// Fine-tune LoRA adapters on a quantized GGUF model; writes llama.cpp's adapter format.
     Train(train::TrainArgs),
+    /// Teacher-forced log-probability of every token of a text, and its perplexity.
+    Perplexity(perplexity::PerplexityArgs),
     /// Summarise a GGUF file: version, architecture, metadata, tensors per codec.
     Inspect {
         /// The GGUF file (any shard of a split model).
@@ -45,6 +47,9 @@ enum Command {
         /// Also list every tensor: name, codec, shape, bytes.
         #[arg(long)]
         tensors: bool,
+        /// Print JSON (the same facts; see docs/cli.md).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -73,11 +78,17 @@ fn usage(error: impl Into<anyhow::Error>) -> Failure {
 
 fn main() -> ExitCode {
     gmlx_mlx::init();
+    gmlx_serve::logging::init("gmlx");
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Env { json } => env(json),
-        Command::Inspect { file, tensors } => inspect(&file, tensors),
+        Command::Inspect {
+            file,
+            tensors,
+            json,
+        } => inspect(&file, tensors, json),
         Command::Run(args) => run::run(args),
+        Command::Perplexity(args) => perplexity::perplexity(args),
         Command::Serve(args) => serve(args),
         Command::Train(args) => train::train(args),
     };
@@ -92,19 +103,24 @@ fn main() -> ExitCode {
 }
 
 /// `gmlx serve`: the same flags and library call as `gmlx-server`.
-fn serve(args: serve::ServeArgs) -> Result<(), Failure> {
-    let config = serve::config(args).map_err(usage)?;
+fn serve(args: gmlx_serve::args::ServeArgs) -> Result<(), Failure> {
+    let config = gmlx_serve::args::config(args).map_err(usage)?;
     Ok(gmlx_serve::run(config)?)
 }
 
-fn inspect(path: &std::path::Path, tensors: bool) -> Result<(), Failure> {
+fn inspect(path: &std::path::Path, tensors: bool, json: bool) -> Result<(), Failure> {
     let file = gmlx_gguf::GgufFile::open(path).map_err(usage)?;
     let options = gmlx_gguf::inspect::Options {
         tensors,
         ..Default::default()
     };
     let mut out = std::io::stdout().lock();
-    write!(out, "{}", gmlx_gguf::inspect::report(&file, &options))?;
+    if json {
+        serde_json::to_writer_pretty(&mut out, &gmlx_gguf::inspect::json(&file, &options))?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", gmlx_gguf::inspect::report(&file, &options))?;
+    }
     Ok(())
 }
 

@@ -3,11 +3,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use gmlx_mlx::device::DeviceChoice;
-use gmlx_mlx::Dtype;
 use gmlx_models::adapter::Adapter;
-use gmlx_models::{chat, default_model, GenerateOptions, Generation, LoadOptions, SamplingParams};
+use gmlx_models::{chat, GenerateOptions, Generation, LoadOptions, SamplingParams};
 
+use crate::model_args::{model_path, open_model, DeviceArg, DtypeArg};
 use crate::{usage, Failure};
 
 #[derive(Args)]
@@ -28,7 +27,7 @@ pub struct RunArgs {
     #[arg(short = 'n', long, default_value_t = 256)]
     max_tokens: usize,
     /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, visible_alias = "temp", default_value_t = 0.0)]
     temperature: f32,
     /// Keep the k most likely tokens (0: all).
     #[arg(long, default_value_t = 0)]
@@ -55,13 +54,13 @@ pub struct RunArgs {
     /// Makes sampled output repeat exactly.
     #[arg(long)]
     seed: Option<u64>,
-    /// auto (GPU when MLX has one), cpu or gpu.
-    #[arg(long, default_value = "auto")]
-    device: String,
-    /// Activation dtype: float32, bfloat16 or float16.
-    #[arg(long, default_value = "float32")]
-    dtype: String,
-    /// Print the load plan (architecture, config, codecs) without loading weights.
+    /// Where MLX runs.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
+    /// The activation dtype.
+    #[arg(long, value_enum, default_value_t = DtypeArg::Float32)]
+    dtype: DtypeArg,
+    /// Print the load plan (architecture, per-layer plan, codecs) without loading weights.
     #[arg(long)]
     report_only: bool,
     /// Benchmark prefill and decode at these prompt lengths, e.g. 128,512.
@@ -94,21 +93,9 @@ fn parse_bias(s: &str) -> Result<(u32, f32), String> {
     ))
 }
 
-fn dtype(name: &str) -> Result<Dtype, Failure> {
-    match name {
-        "float32" | "f32" => Ok(Dtype::Float32),
-        "bfloat16" | "bf16" => Ok(Dtype::Bfloat16),
-        "float16" | "f16" => Ok(Dtype::Float16),
-        other => Err(usage(anyhow::anyhow!(
-            "unknown --dtype {other:?}: expected float32, bfloat16 or float16"
-        ))),
-    }
-}
-
 pub fn run(args: RunArgs) -> Result<(), Failure> {
     // Everything a user typed is checked before any model is fetched or loaded.
-    let device: DeviceChoice = args.device.parse().map_err(usage)?;
-    let dtype = dtype(&args.dtype)?;
+    let (device, dtype) = (args.device.into(), args.dtype.into());
     let sampling = SamplingParams {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -127,34 +114,30 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             "nothing to do: give --prompt TEXT, --bench LENGTHS or --report-only"
         )));
     }
-    let path = match args.model {
-        Some(p) if p.is_file() => p,
-        Some(p) => return Err(usage(anyhow::anyhow!("{}: no such file", p.display()))),
-        None => default_model::fetch()?,
-    };
-    // A file that is not valid GGUF is a file error (2); what it asks for that gmlx cannot do
-    // is a load refusal (1).
-    let base = gmlx_gguf::GgufFile::open(&path).map_err(usage)?;
+    let path = model_path(args.model.as_deref())?;
+    let opened = open_model(&path)?;
     // An adapter is checked against the base's header (architecture, targets, shapes) before
     // any weight loads.
     let adapter = match &args.adapter {
         Some(file) => {
             let refused = |e| usage(anyhow::anyhow!("adapter {}: {e}", file.display()));
             let adapter = Adapter::read(file).map_err(refused)?;
-            adapter.check_base(&base).map_err(refused)?;
+            adapter.check_base(opened.file()).map_err(refused)?;
             Some(adapter)
         }
         None => None,
     };
-    drop(base);
-    let plan = gmlx_models::plan(&path)?;
     if args.report_only {
-        print!("{plan}");
+        print!("{}", opened.plan());
         return Ok(());
     }
 
-    eprintln!("gmlx: loading {} ({})", path.display(), plan.config.arch);
-    let mut loaded = gmlx_models::load(&path, &LoadOptions { device, dtype })?;
+    eprintln!(
+        "gmlx: loading {} ({})",
+        path.display(),
+        opened.config().arch
+    );
+    let mut loaded = opened.load(&LoadOptions { device, dtype })?;
     if let Some(adapter) = &adapter {
         gmlx_models::adapter::apply(&mut loaded.model, adapter, args.adapter_scale)?;
         eprintln!(
@@ -175,7 +158,13 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     );
 
     if !args.bench.is_empty() {
-        let rows = gmlx_models::bench::run(&loaded.model, &args.bench, args.bench_decode, 512)?;
+        let rows = gmlx_models::bench::run(
+            &loaded.model,
+            &loaded.tokenizer,
+            &args.bench,
+            args.bench_decode,
+            512,
+        )?;
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
@@ -214,12 +203,14 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     writeln!(out)?;
     let s = generation.stats();
     eprintln!(
-        "gmlx: prompt {} tokens ({:.1} tok/s), generated {} tokens ({:.1} tok/s), finish: {:?}",
+        "gmlx: prompt {} tokens ({:.1} tok/s), generated {} tokens ({:.1} tok/s), finish: {}",
         s.prompt_tokens,
         s.prompt_tokens as f64 / s.prefill.as_secs_f64().max(1e-9),
         s.generated_tokens,
         s.generated_tokens as f64 / s.decode.as_secs_f64().max(1e-9),
-        generation.finish_reason()
+        generation
+            .finish_reason()
+            .map_or("error", gmlx_models::FinishReason::as_str)
     );
     Ok(())
 }

@@ -3,10 +3,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
-use gmlx_mlx::device::DeviceChoice;
-use gmlx_models::{default_model, LoadOptions};
+use gmlx_models::LoadOptions;
 use gmlx_train::{data, LoraConfig, OutputPlan, TrainConfig};
 
+use crate::model_args::{model_path, open_model, DeviceArg};
 use crate::{usage, Failure};
 
 #[derive(Args)]
@@ -79,9 +79,9 @@ pub struct TrainArgs {
     /// Recompute each block's activations in the backward pass (less memory, more compute).
     #[arg(long)]
     grad_checkpoint: bool,
-    /// auto (GPU when MLX has one), cpu or gpu.
-    #[arg(long, default_value = "auto")]
-    device: String,
+    /// Where MLX runs.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -153,16 +153,11 @@ fn config(args: &TrainArgs) -> Result<TrainConfig, Failure> {
 pub fn train(args: TrainArgs) -> Result<(), Failure> {
     // Everything the user gave is checked before the base model is fetched or loaded.
     let config = config(&args)?;
-    let device: DeviceChoice = args.device.parse().map_err(usage)?;
+    let device = args.device.into();
     let dataset = data::read_dir(&args.data).map_err(usage)?;
     let out = OutputPlan::resolve(&args.adapter_out).map_err(usage)?;
-    let path = match &args.model {
-        Some(p) if p.is_file() => p.clone(),
-        Some(p) => return Err(usage(anyhow::anyhow!("{}: no such file", p.display()))),
-        None => default_model::fetch()?,
-    };
-    gmlx_gguf::GgufFile::open(&path).map_err(usage)?;
-    let plan = gmlx_models::plan(&path)?;
+    let path = model_path(args.model.as_deref())?;
+    let opened = open_model(&path)?;
 
     // SAFETY: installs a handler that only stores to an atomic and resets the disposition.
     unsafe {
@@ -171,14 +166,15 @@ pub fn train(args: TrainArgs) -> Result<(), Failure> {
             on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
         );
     }
-    eprintln!("gmlx: loading {} ({})", path.display(), plan.config.arch);
-    let mut loaded = gmlx_models::load(
-        &path,
-        &LoadOptions {
-            device,
-            ..LoadOptions::default()
-        },
-    )?;
+    eprintln!(
+        "gmlx: loading {} ({})",
+        path.display(),
+        opened.config().arch
+    );
+    let mut loaded = opened.load(&LoadOptions {
+        device,
+        ..LoadOptions::default()
+    })?;
     eprintln!(
         "gmlx: {:.1} MiB of weights, kept quantized; training {} rows{}",
         loaded.weight_bytes as f64 / (1024.0 * 1024.0),

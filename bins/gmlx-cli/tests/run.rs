@@ -72,11 +72,7 @@ fn chat_run_uses_the_template_and_stops_at_end_of_turn() {
         !text.contains("<|im_end|>"),
         "special tokens leaked: {text:?}"
     );
-    assert!(
-        stderr(&out).contains("finish: Some(Eos)"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("finish: eos"), "{}", stderr(&out));
 }
 
 #[test]
@@ -144,5 +140,185 @@ fn inspect_summarises_the_model() {
     assert!(
         text.contains("architecture: llama") && text.contains("Q4_1"),
         "{text}"
+    );
+}
+
+fn inspect_json(args: &[&str]) -> serde_json::Value {
+    let out = gmlx(args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("inspect --json prints JSON")
+}
+
+#[test]
+fn inspect_json_has_the_text_reports_facts() {
+    let model = default_model();
+    let text = String::from_utf8_lossy(&gmlx(&["inspect", &model]).stdout).into_owned();
+    let j = inspect_json(&["inspect", &model, "--json", "--tensors"]);
+    assert_eq!(j["architecture"], "llama");
+    assert_eq!(j["version"], 3);
+    let count = j["tensor_count"].as_u64().expect("tensor_count");
+    assert!(
+        text.contains(&format!("tensors:      {count} (")),
+        "{count} vs {text}"
+    );
+    assert_eq!(
+        j["tensors"].as_array().expect("tensors").len() as u64,
+        count
+    );
+    let per_codec: u64 = ["Q4_1", "Q8_0", "F32"]
+        .iter()
+        .map(|c| j["codecs"][c]["tensors"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(per_codec, count, "{}", j["codecs"]);
+    let meta = &j["metadata"];
+    assert_eq!(meta["general.architecture"]["value"], "llama");
+    assert_eq!(meta["llama.block_count"]["value"], 30);
+    let tokens = &meta["tokenizer.ggml.tokens"];
+    assert_eq!(tokens["len"], 49152);
+    assert_eq!(tokens["truncated"], true);
+    assert_eq!(tokens["value"].as_array().expect("items").len(), 8);
+}
+
+#[test]
+fn inspect_json_covers_every_shard_of_a_split_file() {
+    let dir = std::env::temp_dir().join(format!("gmlx-cli-split-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let prefix = dir.join("Tiny-F32");
+    for i in 0..2u16 {
+        let mut w = gmlx_gguf::GgufWriter::new();
+        w.add_kv("general.architecture", "llama").expect("kv");
+        w.add_kv("split.no", gmlx_gguf::Value::U16(i)).expect("kv");
+        w.add_kv("split.count", gmlx_gguf::Value::U16(2))
+            .expect("kv");
+        w.add_kv("split.tensors.count", gmlx_gguf::Value::I32(2))
+            .expect("kv");
+        let bytes: Vec<u8> = (0..16u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
+        w.add_tensor(&format!("t{i}"), gmlx_gguf::GgmlType::F32, &[16], bytes)
+            .expect("tensor");
+        let path = gmlx_gguf::split::split_path(&prefix, u32::from(i) + 1, 2);
+        w.write_to_path(&path).expect("write");
+    }
+    let second = gmlx_gguf::split::split_path(&prefix, 2, 2);
+    let j = inspect_json(&[
+        "inspect",
+        second.to_str().expect("utf-8"),
+        "--json",
+        "--tensors",
+    ]);
+    assert_eq!(j["files"].as_array().expect("files").len(), 2, "{j}");
+    assert_eq!(j["tensor_count"], 2);
+    assert_eq!(j["tensor_bytes"], 128);
+    let shards: Vec<u64> = j["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .map(|t| t["shard"].as_u64().expect("shard"))
+        .collect();
+    assert_eq!(shards, [1, 2]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn report_only_prints_the_per_layer_plan() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/gpt-oss/gpt-oss-F16.gguf");
+    let out = gmlx(&["run", fixture.to_str().expect("utf-8"), "--report-only"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let layer = |l: &str| {
+        text.lines()
+            .find(|line| line.trim_start().starts_with(&format!("{l} ")))
+            .unwrap_or_else(|| panic!("no line for layer {l}: {text}"))
+            .to_owned()
+    };
+    let (sliding, full) = (layer("0"), layer("1"));
+    assert!(
+        sliding.contains("window 8") && sliding.contains("rotating kv (8)"),
+        "{sliding}"
+    );
+    assert!(
+        full.contains("full kv") && !full.contains("window"),
+        "{full}"
+    );
+    assert!(sliding.contains("moe 2 of 4"), "{sliding}");
+}
+
+#[test]
+fn temp_is_an_alias_and_bad_choices_are_listed() {
+    let model = default_model();
+    let out = gmlx(&[
+        "run", &model, "--raw", "--prompt", "Hi", "-n", "1", "--temp", "0",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = gmlx(&["run", &model, "--prompt", "hi", "--dtype", "int4"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("float32") && err.contains("bfloat16") && err.contains("float16"),
+        "{err}"
+    );
+}
+
+#[test]
+fn perplexity_json_gives_llama_cpps_next_token_logprobs() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/qwen3");
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("qwen3-F16.json")).expect("golden"))
+            .expect("golden JSON");
+    let text_file = std::env::temp_dir().join(format!("gmlx-ppl-{}.txt", std::process::id()));
+    std::fs::write(&text_file, golden["prompt_text"].as_str().expect("text")).expect("write");
+    let model = dir.join("qwen3-F16.gguf");
+    let (model, text) = (
+        model.to_str().expect("utf-8"),
+        text_file.to_str().expect("utf-8"),
+    );
+    let j = inspect_json(&["perplexity", model, "--file", text, "--json"]);
+    let plain = gmlx(&["perplexity", model, "--file", text, "--ctx", "6"]);
+    std::fs::remove_file(&text_file).ok();
+    let tokens: Vec<u64> = j["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t.as_u64().expect("id"))
+        .collect();
+    let prompt_len = golden["prompt_len"].as_u64().expect("prompt_len") as usize;
+    let sequence: Vec<u64> = golden["sequence"]
+        .as_array()
+        .expect("sequence")
+        .iter()
+        .map(|t| t.as_u64().expect("id"))
+        .collect();
+    // the golden prompt is the text's first tokens (no BOS for this tokenizer)
+    assert_eq!(tokens[..prompt_len], sequence[..prompt_len]);
+    let logprobs = j["logprobs"].as_array().expect("logprobs");
+    assert_eq!(logprobs.len(), tokens.len() - 1);
+    let exact = golden["exact"]["logits"].as_array().expect("logits");
+    for i in 0..prompt_len - 1 {
+        let row: Vec<f64> = exact[i]
+            .as_array()
+            .expect("row")
+            .iter()
+            .map(|v| v.as_f64().expect("logit"))
+            .collect();
+        let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lse = max + row.iter().map(|l| (l - max).exp()).sum::<f64>().ln();
+        let want = row[tokens[i + 1] as usize] - lse;
+        let got = logprobs[i].as_f64().expect("logprob");
+        assert!(
+            (got - want).abs() < 2e-3,
+            "position {i}: {got} vs llama.cpp {want}"
+        );
+    }
+    let nll: f64 = -logprobs
+        .iter()
+        .map(|l| l.as_f64().expect("lp"))
+        .sum::<f64>()
+        / logprobs.len() as f64;
+    let ppl = j["perplexity"].as_f64().expect("perplexity");
+    assert!((ppl / nll.exp() - 1.0).abs() < 1e-9, "{ppl} vs exp({nll})");
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let line = String::from_utf8_lossy(&plain.stdout);
+    assert!(
+        line.starts_with("perplexity ") && line.contains(" over 5 tokens"),
+        "{line}"
     );
 }

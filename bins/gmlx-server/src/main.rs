@@ -4,8 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-
-mod args;
+use gmlx_serve::args;
 
 /// Serve GGUF models over an OpenAI-compatible HTTP API with continuous batching.
 #[derive(Parser)]
@@ -17,6 +16,7 @@ struct Cli {
 
 fn main() -> ExitCode {
     gmlx_mlx::init();
+    gmlx_serve::logging::init("gmlx-server");
     let config = match args::config(Cli::parse().args) {
         Ok(c) => c,
         Err(e) => {

@@ -71,6 +71,16 @@ impl Shard {
     }
 }
 
+thread_local! {
+    static OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times this thread has opened a GGUF file from disk (`open`, `open_with_limits`,
+/// `open_single`): a check that a load reads each file's header once.
+pub fn opened_on_this_thread() -> usize {
+    OPENED.with(std::cell::Cell::get)
+}
+
 /// A GGUF model opened for reading: header, metadata and tensor table parsed and validated,
 /// tensor bytes memory-mapped (never copied until asked for).
 ///
@@ -91,6 +101,7 @@ impl GgufFile {
 
     /// Open with explicit limits.
     pub fn open_with_limits(path: impl AsRef<Path>, limits: &Limits) -> Result<GgufFile> {
+        OPENED.with(|n| n.set(n.get() + 1));
         let first = Shard::open(path.as_ref(), limits)?;
         let shards = crate::split::collect_shards(first, limits)?;
         Self::from_shards(shards)
@@ -110,6 +121,7 @@ impl GgufFile {
 
     /// Open exactly one file, ignoring `split.*` keys (its tensor table only).
     pub fn open_single(path: impl AsRef<Path>) -> Result<GgufFile> {
+        OPENED.with(|n| n.set(n.get() + 1));
         let shard = Shard::open(path.as_ref(), &Limits::default())?;
         Self::from_shards(vec![shard])
     }

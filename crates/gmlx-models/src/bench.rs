@@ -1,14 +1,11 @@
 //! `gmlx run --bench`: prefill and decode throughput per prompt length, on synthetic prompts.
 use std::time::Instant;
 
-use gmlx_mlx::Array;
-use gmlx_tokenizer::TokenId;
+use gmlx_tokenizer::{TokenId, Tokenizer};
 
-use crate::blocks::decoder::Logits;
 use crate::error::{Error, Result};
-use crate::generate::{host_logits, prefill};
+use crate::generate::{GenerateOptions, Generation};
 use crate::model::Model;
-use crate::sample::argmax;
 
 /// One row of the table.
 #[derive(Debug, Clone, Copy)]
@@ -20,13 +17,14 @@ pub struct BenchRow {
 }
 
 /// For each prompt length: prefill a deterministic prompt, then decode `decode_tokens` greedy
-/// tokens (end-of-generation ignored).
+/// tokens (end-of-generation ignored), through the same decode step as generation.
 ///
 /// First-use costs stay out of the table: a short untimed pass runs first, and on a GPU each
 /// length also runs once untimed, because MLX's CUDA backend compiles a kernel for each new
 /// shape class on first use (seconds; measured on the H200 as a 7.6 tok/s first row).
 pub fn run(
     model: &Model,
+    tokenizer: &Tokenizer,
     prompt_lengths: &[usize],
     decode_tokens: usize,
     chunk: usize,
@@ -38,12 +36,24 @@ pub fn run(
             .map(|i| ((i * 2_654_435_761 + 17) % vocab) as TokenId)
             .collect()
     };
-    pass(
-        model,
-        &prompt(4.min(context.saturating_sub(2)).max(1)),
-        2,
-        chunk,
-    )?;
+    let pass = |prompt: &[TokenId], decode: usize| -> Result<(f64, f64)> {
+        // one more token than decoded, so `decode` forward passes are timed
+        let options = GenerateOptions {
+            max_tokens: decode + 1,
+            prefill_chunk: chunk,
+            ignore_eos: true,
+            ..Default::default()
+        };
+        let start = Instant::now();
+        let mut generation = Generation::new(model, tokenizer, prompt, options)?;
+        let prefill_s = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        for piece in generation.by_ref() {
+            piece?;
+        }
+        Ok((prefill_s, start.elapsed().as_secs_f64()))
+    };
+    pass(&prompt(4.min(context.saturating_sub(3)).max(1)), 2)?;
     let on_gpu = matches!(
         gmlx_mlx::mlx_rs::Device::try_default()?.get_type()?,
         gmlx_mlx::mlx_rs::DeviceType::Gpu
@@ -51,17 +61,17 @@ pub fn run(
     prompt_lengths
         .iter()
         .map(|&n| {
-            if n == 0 || n + decode_tokens > context {
+            if n == 0 || n + decode_tokens >= context {
                 return Err(Error::ContextOverflow {
-                    needed: n + decode_tokens,
+                    needed: n + decode_tokens + 1,
                     context,
                 });
             }
             let prompt = prompt(n);
             if on_gpu {
-                pass(model, &prompt, 2, chunk)?;
+                pass(&prompt, 2)?;
             }
-            let (prefill_s, decode_s) = pass(model, &prompt, decode_tokens, chunk)?;
+            let (prefill_s, decode_s) = pass(&prompt, decode_tokens)?;
             Ok(BenchRow {
                 prompt_tokens: n,
                 decode_tokens,
@@ -70,24 +80,4 @@ pub fn run(
             })
         })
         .collect()
-}
-
-/// Prefills `prompt` into fresh caches and decodes `decode_tokens` greedy tokens; returns the
-/// seconds each phase took.
-fn pass(
-    model: &Model,
-    prompt: &[TokenId],
-    decode_tokens: usize,
-    chunk: usize,
-) -> Result<(f64, f64)> {
-    let mut caches = model.new_caches();
-    let start = Instant::now();
-    let mut logits = prefill(model, &mut caches, prompt, chunk)?;
-    let prefill_s = start.elapsed().as_secs_f64();
-    let start = Instant::now();
-    for _ in 0..decode_tokens {
-        let input = Array::from_slice(&[argmax(&logits)], &[1, 1]);
-        logits = host_logits(&model.forward(&input, &mut caches, Logits::Last)?)?;
-    }
-    Ok((prefill_s, start.elapsed().as_secs_f64()))
 }

@@ -1,7 +1,11 @@
 //! `ModelConfig`: what a llama-family decoder needs, synthesized once from GGUF metadata.
-use gmlx_gguf::names::Kv;
+use std::fmt;
+
+use gmlx_gguf::names::{Kv, Tensor};
 use gmlx_gguf::GgufFile;
 
+pub use crate::blocks::moe::{ExpertActivation, Gating};
+pub use crate::cache::CacheKind;
 use crate::error::{Error, Result};
 
 /// Rotary position embedding, resolved from the file.
@@ -41,25 +45,133 @@ pub struct MoeConfig {
     pub expert_ffn: i32,
     /// Router weight multiplier (`expert_weights_scale`; 1 when absent).
     pub weights_scale: f32,
+    /// How router logits become expert weights.
+    pub gating: Gating,
+    /// Divide the selected weights by their sum.
+    pub normalize: bool,
+    pub activation: ExpertActivation,
+    /// The router and the experts carry `.bias` tensors (gpt-oss).
+    pub biases: bool,
 }
 
-/// A validated decoder configuration.
+/// What mixes information across positions in one block.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MixerSpec {
+    /// Grouped-query softmax attention with rotary positions.
+    Attention(AttentionSpec),
+}
+
+/// One attention layer's shape and options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionSpec {
+    pub n_heads: i32,
+    pub n_kv_heads: i32,
+    pub head_dim: i32,
+    /// Sliding window: a query sees only the last `window` positions, itself included; the
+    /// layer's cache then holds at most that many.
+    pub window: Option<i32>,
+    pub rope: RopeConfig,
+    /// Per-head RMSNorm of queries and keys before rotation (Qwen3).
+    pub qk_norm: bool,
+    /// Per-head sink logits (gpt-oss).
+    pub sinks: bool,
+    /// The projections carry `.bias` tensors.
+    pub bias: bool,
+}
+
+/// The feed-forward half of one block.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FfnSpec {
+    /// A SwiGLU MLP of this hidden size.
+    Dense {
+        hidden: i32,
+    },
+    Moe(MoeConfig),
+}
+
+/// One block of the model, as the file describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerSpec {
+    pub mixer: MixerSpec,
+    pub ffn: FfnSpec,
+    /// The norm in front of the feed-forward (`ffn_norm`; gpt-oss names it
+    /// `post_attention_norm`).
+    pub ffn_norm: Tensor,
+}
+
+impl LayerSpec {
+    /// The cache this layer needs for one sequence.
+    pub fn cache_kind(&self) -> CacheKind {
+        match &self.mixer {
+            MixerSpec::Attention(a) => match a.window {
+                Some(window) => CacheKind::RotatingKv { window },
+                None => CacheKind::FullKv,
+            },
+        }
+    }
+}
+
+impl fmt::Display for LayerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.mixer {
+            MixerSpec::Attention(a) => {
+                write!(
+                    f,
+                    "attention {}q/{}kv x {}",
+                    a.n_heads, a.n_kv_heads, a.head_dim
+                )?;
+                if let Some(w) = a.window {
+                    write!(f, ", window {w}")?;
+                }
+                for (on, name) in [(a.qk_norm, "qk-norm"), (a.sinks, "sinks"), (a.bias, "bias")] {
+                    if on {
+                        write!(f, ", {name}")?;
+                    }
+                }
+            }
+        }
+        match &self.ffn {
+            FfnSpec::Dense { hidden } => write!(f, " | mlp {hidden}"),
+            FfnSpec::Moe(m) => write!(
+                f,
+                " | moe {} of {} x {}",
+                m.experts_used, m.experts, m.expert_ffn
+            ),
+        }
+    }
+}
+
+/// A validated decoder configuration: what is the same for the whole model, and one
+/// [`LayerSpec`] per block for what may differ between blocks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
     /// `general.architecture`.
     pub arch: String,
+    /// Decoder blocks run at inference (`block_count` less any multi-token-prediction blocks).
     pub n_layers: usize,
     pub hidden: i32,
-    pub n_heads: i32,
-    pub n_kv_heads: i32,
-    pub head_dim: i32,
-    pub ffn_hidden: i32,
     pub vocab: i32,
     pub rms_eps: f32,
     pub context_length: usize,
-    pub rope: RopeConfig,
-    /// Present for mixture-of-experts models.
-    pub moe: Option<MoeConfig>,
+    /// One entry per block, in order: what each layer mixes with, its feed-forward, its cache.
+    pub layers: Vec<LayerSpec>,
+}
+
+impl ModelConfig {
+    /// Edits every layer's attention (the architecture's options, by layer index).
+    pub fn set_attention(&mut self, edit: impl Fn(usize, &mut AttentionSpec)) {
+        for (l, layer) in self.layers.iter_mut().enumerate() {
+            let MixerSpec::Attention(a) = &mut layer.mixer;
+            edit(l, a);
+        }
+    }
+
+    /// Every layer's feed-forward becomes `ffn`.
+    pub fn set_ffn(&mut self, ffn: FfnSpec) {
+        for layer in &mut self.layers {
+            layer.ffn = ffn.clone();
+        }
+    }
 }
 
 fn bad(file: &GgufFile, key: Kv, reason: impl Into<String>) -> Error {
@@ -88,7 +200,17 @@ fn positive(file: &GgufFile, key: Kv, value: u32) -> Result<i32> {
 pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelConfig> {
     let arch = file.architecture()?.to_owned();
     let meta = file.metadata();
-    let n_layers = positive(file, Kv::BlockCount, file.get_u32(&Kv::BlockCount)?)? as usize;
+    let blocks = positive(file, Kv::BlockCount, file.get_u32(&Kv::BlockCount)?)? as usize;
+    // multi-token-prediction blocks sit after the decoder's and are skipped at inference
+    let nextn = meta.opt_u32(&Kv::NextnPredictLayers)?.unwrap_or(0) as usize;
+    if nextn >= blocks {
+        return Err(bad(
+            file,
+            Kv::NextnPredictLayers,
+            format!("{nextn} prediction layers leave none of the {blocks} blocks"),
+        ));
+    }
+    let n_layers = blocks - nextn;
     let hidden = positive(
         file,
         Kv::EmbeddingLength,
@@ -99,17 +221,29 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
         Kv::AttentionHeadCount,
         file.get_u32(&Kv::AttentionHeadCount)?,
     )?;
-    let n_kv_heads = match meta.opt_u32(&Kv::AttentionHeadCountKv)? {
-        Some(v) => positive(file, Kv::AttentionHeadCountKv, v)?,
-        None => n_heads,
+    // one count for every layer, or an array with one per layer
+    let kv_per_layer = if meta
+        .get(&meta.resolve(&Kv::AttentionHeadCountKv)?)
+        .is_some()
+    {
+        meta.get_u32_per_layer(&Kv::AttentionHeadCountKv, blocks)?
+    } else {
+        vec![n_heads as u32; blocks]
     };
-    if n_heads % n_kv_heads != 0 {
-        return Err(bad(
-            file,
-            Kv::AttentionHeadCountKv,
-            format!("{n_kv_heads} does not divide the {n_heads} query heads"),
-        ));
-    }
+    let kv_per_layer = kv_per_layer[..n_layers]
+        .iter()
+        .map(|&v| {
+            let kv = positive(file, Kv::AttentionHeadCountKv, v)?;
+            if n_heads % kv != 0 {
+                return Err(bad(
+                    file,
+                    Kv::AttentionHeadCountKv,
+                    format!("{kv} does not divide the {n_heads} query heads"),
+                ));
+            }
+            Ok(kv)
+        })
+        .collect::<Result<Vec<i32>>>()?;
     let head_dim = match meta.opt_u32(&Kv::AttentionKeyLength)? {
         Some(v) => positive(file, Kv::AttentionKeyLength, v)?,
         None if hidden % n_heads == 0 => hidden / n_heads,
@@ -149,30 +283,44 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
     let base = meta.opt_f32(&Kv::RopeFreqBase)?.unwrap_or(10_000.0);
     let (position_scale, yarn) = rope_scaling(file)?;
     let freq_factors = rope_freq_factors(file, rope_dims)?;
+    let rope = RopeConfig {
+        dims: rope_dims,
+        base,
+        traditional: traditional_rope,
+        position_scale,
+        freq_factors,
+        yarn,
+    };
+    let layers = kv_per_layer
+        .iter()
+        .map(|&kv| LayerSpec {
+            mixer: MixerSpec::Attention(AttentionSpec {
+                n_heads,
+                n_kv_heads: kv,
+                head_dim,
+                window: None,
+                rope: rope.clone(),
+                qk_norm: false,
+                sinks: false,
+                bias: false,
+            }),
+            ffn: FfnSpec::Dense { hidden: ffn_hidden },
+            ffn_norm: Tensor::FfnNorm,
+        })
+        .collect();
     Ok(ModelConfig {
         arch,
         n_layers,
         hidden,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        ffn_hidden,
         vocab,
         rms_eps,
         context_length,
-        rope: RopeConfig {
-            dims: rope_dims,
-            base,
-            traditional: traditional_rope,
-            position_scale,
-            freq_factors,
-            yarn,
-        },
-        moe: None,
+        layers,
     })
 }
 
-/// Reads the expert counts and sizes of an MoE decoder.
+/// Reads the expert counts and sizes of an MoE decoder; the router and expert options start
+/// as softmax gating, renormalised, SwiGLU experts without biases.
 pub fn synth_moe(file: &GgufFile) -> Result<MoeConfig> {
     let meta = file.metadata();
     let experts = positive(file, Kv::ExpertCount, file.get_u32(&Kv::ExpertCount)?)?;
@@ -202,6 +350,10 @@ pub fn synth_moe(file: &GgufFile) -> Result<MoeConfig> {
         experts_used,
         expert_ffn,
         weights_scale,
+        gating: Gating::Softmax,
+        normalize: true,
+        activation: ExpertActivation::SwiGlu,
+        biases: false,
     })
 }
 

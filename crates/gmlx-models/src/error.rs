@@ -17,16 +17,18 @@ pub enum Error {
     /// A metadata value is present but inconsistent with the others.
     #[error("metadata key {key}: {reason}")]
     BadConfig { key: String, reason: String },
-    /// A tensor the architecture needs is not in the file.
-    #[error("missing tensor {name}")]
-    MissingTensor { name: String },
-    /// A tensor has a shape other than the config implies.
+    /// A tensor the config needs is not in the file, or has another shape than the config
+    /// implies.
     #[error("tensor {name} has shape {found:?}, expected {expected:?}")]
     TensorShape {
         name: String,
         found: Vec<u64>,
         expected: Vec<u64>,
     },
+    /// Tensors the per-layer plan needs are missing or misshapen (all of them, found before
+    /// any tensor byte was read).
+    #[error("{}", describe(problems))]
+    Tensors { problems: Vec<TensorProblem> },
     /// A rope scaling type gmlx does not implement yet.
     #[error("unsupported rope scaling type {kind:?}")]
     UnsupportedRopeScaling { kind: String },
@@ -39,6 +41,9 @@ pub enum Error {
     /// An empty prompt: there is nothing to continue.
     #[error("the prompt encodes to no tokens")]
     EmptyPrompt,
+    /// A cached forward pass was given caches that do not match the model's layers.
+    #[error("the caches passed have no cache for layer {layer} (made for another model?)")]
+    CacheMismatch { layer: usize },
     /// The default model could not be fetched.
     #[error("could not fetch the default model: {reason}")]
     DefaultModel { reason: String },
@@ -60,11 +65,56 @@ impl Error {
                 | Error::UnsupportedArch { .. }
                 | Error::UnsupportedCodec { .. }
                 | Error::BadConfig { .. }
-                | Error::MissingTensor { .. }
                 | Error::TensorShape { .. }
+                | Error::Tensors { .. }
                 | Error::UnsupportedRopeScaling { .. }
         )
     }
+}
+
+/// One thing wrong with the file's tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TensorProblem {
+    Missing {
+        name: String,
+    },
+    Shape {
+        name: String,
+        found: Vec<u64>,
+        expected: Vec<u64>,
+    },
+}
+
+fn describe(problems: &[TensorProblem]) -> String {
+    let missing: Vec<&str> = problems
+        .iter()
+        .filter_map(|p| match p {
+            TensorProblem::Missing { name } => Some(name.as_str()),
+            TensorProblem::Shape { .. } => None,
+        })
+        .collect();
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!(
+            "{} missing tensor{}: {}",
+            missing.len(),
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", ")
+        ));
+    }
+    for p in problems {
+        if let TensorProblem::Shape {
+            name,
+            found,
+            expected,
+        } = p
+        {
+            parts.push(format!(
+                "tensor {name} has shape {found:?}, expected {expected:?}"
+            ));
+        }
+    }
+    parts.join("; ")
 }
 
 /// `Result` with this crate's [`Error`].

@@ -1,17 +1,17 @@
-//! Generation: chunked prefill of the prompt, then a decode loop that samples, stops on an
-//! end-of-generation token, a stop string or the token budget, and streams text pieces that
-//! never split a UTF-8 character.
+//! Generation: chunked prefill of the prompt, then a decode loop of [`Sequence`] steps that
+//! stream text pieces.
 use std::time::{Duration, Instant};
 
 use gmlx_mlx::{Array, Dtype};
-use gmlx_tokenizer::{StreamDecoder, TokenId, Tokenizer};
+use gmlx_tokenizer::{TokenId, Tokenizer};
 
 use crate::blocks::decoder::Logits;
-use crate::cache::KvCache;
+use crate::cache::SequenceCache;
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::sample::{Sampler, SamplingParams};
-use crate::stop::StopFilter;
+use crate::sample::SamplingParams;
+pub use crate::sequence::FinishReason;
+use crate::sequence::{Sequence, SequenceOptions, TokenLogprob};
 
 /// What to generate and when to stop.
 #[derive(Debug, Clone)]
@@ -24,6 +24,8 @@ pub struct GenerateOptions {
     pub prefill_chunk: usize,
     /// Keep going past end-of-generation tokens (benchmarks).
     pub ignore_eos: bool,
+    /// `Some(n)`: each piece carries its token's log-probability and the `n` most likely.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -34,19 +36,21 @@ impl Default for GenerateOptions {
             stop: Vec::new(),
             prefill_chunk: 512,
             ignore_eos: false,
+            logprobs: None,
         }
     }
 }
 
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// An end-of-generation token.
-    Eos,
-    /// A stop string.
-    Stop,
-    /// `max_tokens`, or the model's context.
-    Length,
+impl GenerateOptions {
+    fn sequence(&self) -> SequenceOptions {
+        SequenceOptions {
+            max_tokens: self.max_tokens,
+            sampling: self.sampling.clone(),
+            stop: self.stop.clone(),
+            ignore_eos: self.ignore_eos,
+            logprobs: self.logprobs,
+        }
+    }
 }
 
 /// One generated token and the text it completes (empty while a character is incomplete or
@@ -55,6 +59,7 @@ pub enum FinishReason {
 pub struct Piece {
     pub token: TokenId,
     pub text: String,
+    pub logprob: Option<TokenLogprob>,
 }
 
 /// Timings of one generation.
@@ -66,50 +71,46 @@ pub struct GenerationStats {
     pub decode: Duration,
 }
 
-/// Copies one row of logits (`[1, 1, vocab]`) to the host.
-pub(crate) fn host_logits(logits: &Array) -> Result<Vec<f32>> {
+/// Copies rows of logits (`[rows, 1, vocab]` or `[rows, vocab]`) to the host, one `Vec` per
+/// row.
+pub fn host_logits(logits: &Array) -> Result<Vec<Vec<f32>>> {
+    let rows = logits.shape()[0].max(1) as usize;
     let flat = logits.as_dtype(Dtype::Float32)?.flatten(None, None)?;
     flat.eval()?;
-    Ok(flat.as_slice::<f32>().to_vec())
+    let flat = flat.as_slice::<f32>();
+    let vocab = flat.len() / rows;
+    Ok(flat.chunks(vocab.max(1)).map(<[f32]>::to_vec).collect())
 }
 
-/// Runs `prompt` through the model in chunks; returns the last position's logits.
+/// Runs `prompt` through the model after what `cache` holds, in chunks; returns the last
+/// position's logits.
 pub fn prefill(
     model: &Model,
-    caches: &mut [KvCache],
+    cache: &mut SequenceCache,
     prompt: &[TokenId],
     chunk: usize,
 ) -> Result<Vec<f32>> {
-    if prompt.is_empty() {
-        return Err(Error::EmptyPrompt);
-    }
+    let _span = tracing::debug_span!("prefill", tokens = prompt.len()).entered();
     let mut last = None;
     for part in prompt.chunks(chunk.max(1)) {
         let tokens = Array::from_slice(part, &[1, part.len() as i32]);
-        let logits = model.forward(&tokens, caches, Logits::Last)?;
+        let logits = model.forward(&tokens, cache, Logits::Last)?;
         // Evaluate per chunk so a long prompt never builds one huge graph.
         logits.eval()?;
         last = Some(logits);
     }
-    match last {
-        Some(l) => host_logits(&l),
-        None => Err(Error::EmptyPrompt),
-    }
+    let last = last.ok_or(Error::EmptyPrompt)?;
+    tracing::debug!(position = cache.position(), "prefilled");
+    host_logits(&last)?.pop().ok_or(Error::EmptyPrompt)
 }
 
 /// A running generation: an iterator of pieces.
 pub struct Generation<'a> {
     model: &'a Model,
-    tokenizer: &'a Tokenizer,
-    caches: Vec<KvCache>,
-    sampler: Sampler,
-    decoder: StreamDecoder<'a>,
-    options: GenerateOptions,
+    cache: SequenceCache,
+    sequence: Sequence<'a>,
     logits: Option<Vec<f32>>,
-    stop: StopFilter,
-    finish: Option<FinishReason>,
     stats: GenerationStats,
-    budget: usize,
 }
 
 impl<'a> Generation<'a> {
@@ -120,42 +121,33 @@ impl<'a> Generation<'a> {
         prompt: &[TokenId],
         options: GenerateOptions,
     ) -> Result<Generation<'a>> {
-        options.sampling.validate(model.config().vocab as usize)?;
-        let context = model.config().context_length;
-        if prompt.len() >= context {
-            return Err(Error::ContextOverflow {
-                needed: prompt.len() + 1,
-                context,
-            });
-        }
-        let mut caches = model.new_caches();
+        let config = model.config();
+        let sequence = Sequence::new(
+            tokenizer,
+            prompt,
+            options.sequence(),
+            config.context_length,
+            config.vocab as usize,
+        )?;
+        let mut cache = model.new_cache();
         let start = Instant::now();
-        let logits = prefill(model, &mut caches, prompt, options.prefill_chunk)?;
-        let mut sampler = Sampler::new(options.sampling.clone());
-        sampler.observe(prompt);
-        let budget = options.max_tokens.min(context - prompt.len());
+        let logits = prefill(model, &mut cache, prompt, options.prefill_chunk)?;
         Ok(Generation {
             model,
-            tokenizer,
-            caches,
-            sampler,
-            decoder: tokenizer.stream_decoder(true),
+            cache,
+            sequence,
             logits: Some(logits),
-            stop: StopFilter::new(options.stop.clone()),
-            finish: None,
             stats: GenerationStats {
                 prompt_tokens: prompt.len(),
                 prefill: start.elapsed(),
                 ..Default::default()
             },
-            options,
-            budget,
         })
     }
 
     /// Why it ended, once it has.
     pub fn finish_reason(&self) -> Option<FinishReason> {
-        self.finish
+        self.sequence.finish()
     }
 
     pub fn stats(&self) -> GenerationStats {
@@ -163,39 +155,24 @@ impl<'a> Generation<'a> {
     }
 
     fn step(&mut self) -> Result<Option<Piece>> {
-        if self.finish.is_some() {
+        let Some(mut logits) = self.logits.take() else {
             return Ok(None);
-        }
-        let start = Instant::now();
-        let mut logits = match self.logits.take() {
-            Some(l) => l,
-            None => return Ok(None),
         };
-        let token = self.sampler.sample(&mut logits);
-        self.sampler.observe(&[token]);
-        if !self.options.ignore_eos && self.tokenizer.is_eog(token) {
-            self.finish = Some(FinishReason::Eos);
-            let text = self.stop.flush();
-            self.stats.decode += start.elapsed();
-            return Ok(Some(Piece { token, text }));
-        }
-        self.stats.generated_tokens += 1;
-        let decoded = self.decoder.push(token)?;
-        let (mut text, stopped) = self.stop.push(&decoded);
-        if stopped {
-            self.finish = Some(FinishReason::Stop);
-        }
-        if self.finish.is_none() && self.stats.generated_tokens >= self.budget {
-            self.finish = Some(FinishReason::Length);
-            text.push_str(&self.stop.flush());
-        }
-        if self.finish.is_none() {
-            let input = Array::from_slice(&[token], &[1, 1]);
-            let next = self.model.forward(&input, &mut self.caches, Logits::Last)?;
-            self.logits = Some(host_logits(&next)?);
+        let start = Instant::now();
+        let _span = tracing::trace_span!("decode_step", at = self.cache.position()).entered();
+        let step = self.sequence.step(&mut logits)?;
+        self.stats.generated_tokens = self.sequence.generated();
+        if step.finish.is_none() {
+            let input = Array::from_slice(&[step.token], &[1, 1]);
+            let next = self.model.forward(&input, &mut self.cache, Logits::Last)?;
+            self.logits = host_logits(&next)?.pop();
         }
         self.stats.decode += start.elapsed();
-        Ok(Some(Piece { token, text }))
+        Ok(Some(Piece {
+            token: step.token,
+            text: step.text,
+            logprob: step.logprob,
+        }))
     }
 }
 
@@ -207,7 +184,7 @@ impl Iterator for Generation<'_> {
             Ok(Some(p)) => Some(Ok(p)),
             Ok(None) => None,
             Err(e) => {
-                self.finish = Some(FinishReason::Length);
+                self.logits = None;
                 Some(Err(e))
             }
         }

@@ -49,25 +49,107 @@ impl Loaded {
     }
 }
 
-/// Loads the model at `path` (any shard of a split model).
-pub fn load(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Loaded> {
-    let start = Instant::now();
+/// A model file opened once and checked from its header alone: architecture, codecs, config
+/// with its per-layer plan, tokenizer. Planning, an adapter's check and the load itself all
+/// read this one handle.
+#[derive(Debug)]
+pub struct Opened {
+    file: GgufFile,
+    path: PathBuf,
+    spec: &'static registry::ArchSpec,
+    config: ModelConfig,
+    tokenizer: Tokenizer,
+}
+
+/// Opens the model at `path` (any shard of a split model) and checks it without loading
+/// weights.
+pub fn open(path: impl AsRef<Path>) -> Result<Opened> {
     let path = path.as_ref();
-    let device = device::use_device(options.device)?;
-    let file = GgufFile::open(path)?;
-    let spec = registry::lookup(file.architecture()?)?;
-    file.check_codecs()?;
-    let tokenizer = Tokenizer::from_gguf(&file)?;
-    let model = (spec.build)(&file, options.dtype)?;
-    let weight_bytes = model.materialize()?;
-    Ok(Loaded {
-        model,
-        tokenizer,
-        path: path.to_owned(),
-        device,
-        weight_bytes,
-        load_time: start.elapsed(),
-    })
+    Opened::new(GgufFile::open(path)?, path)
+}
+
+impl Opened {
+    /// Checks an already opened file (`path` is what reports show).
+    pub fn new(file: GgufFile, path: impl Into<PathBuf>) -> Result<Opened> {
+        let spec = registry::lookup(file.architecture()?)?;
+        file.check_codecs()?;
+        let config = (spec.synth)(&file)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        Ok(Opened {
+            file,
+            path: path.into(),
+            spec,
+            config,
+            tokenizer,
+        })
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// What [`Opened::load`] would do.
+    pub fn plan(&self) -> LoadPlan {
+        let file = &self.file;
+        let codecs = file
+            .type_counts()
+            .into_iter()
+            .map(|(codec, tensors)| CodecPlan {
+                codec,
+                tensors,
+                file_bytes: file
+                    .tensors()
+                    .iter()
+                    .filter(|t| t.ggml_type == codec)
+                    .map(|t| t.n_bytes)
+                    .sum(),
+                stored_as: if gmlx_gguf::repack::affine_layout(codec).is_ok() {
+                    "affine (quantized)"
+                } else {
+                    "dense"
+                },
+            })
+            .collect();
+        let t = &self.tokenizer;
+        LoadPlan {
+            path: self.path.clone(),
+            config: self.config.clone(),
+            codecs,
+            tokenizer: format!(
+                "{:?}{}, {} tokens",
+                t.kind(),
+                t.pre_tokenizer()
+                    .map(|p| format!(" (pre: {p})"))
+                    .unwrap_or_default(),
+                t.vocab_size()
+            ),
+        }
+    }
+
+    /// Reads the weights onto the device and makes them resident.
+    pub fn load(self, options: &LoadOptions) -> Result<Loaded> {
+        let start = Instant::now();
+        let device = device::use_device(options.device)?;
+        let model = (self.spec.build)(&self.file, &self.config, options.dtype)?;
+        let weight_bytes = model.materialize()?;
+        Ok(Loaded {
+            model,
+            tokenizer: self.tokenizer,
+            path: self.path,
+            device,
+            weight_bytes,
+            load_time: start.elapsed(),
+        })
+    }
+}
+
+/// Loads the model at `path` (any shard of a split model): [`open`], then [`Opened::load`].
+pub fn load(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Loaded> {
+    open(path)?.load(options)
 }
 
 /// How one codec of the file would be held in memory.
@@ -91,45 +173,7 @@ pub struct LoadPlan {
 
 /// Validates the file, the architecture, its config and codecs without loading weights.
 pub fn plan(path: impl AsRef<Path>) -> Result<LoadPlan> {
-    let path = path.as_ref();
-    let file = GgufFile::open(path)?;
-    let spec = registry::lookup(file.architecture()?)?;
-    file.check_codecs()?;
-    let config = (spec.synth)(&file)?;
-    let tokenizer = Tokenizer::from_gguf(&file)?;
-    let codecs = file
-        .type_counts()
-        .into_iter()
-        .map(|(codec, tensors)| CodecPlan {
-            codec,
-            tensors,
-            file_bytes: file
-                .tensors()
-                .iter()
-                .filter(|t| t.ggml_type == codec)
-                .map(|t| t.n_bytes)
-                .sum(),
-            stored_as: if gmlx_gguf::repack::affine_layout(codec).is_ok() {
-                "affine (quantized)"
-            } else {
-                "dense"
-            },
-        })
-        .collect();
-    Ok(LoadPlan {
-        path: path.to_owned(),
-        config,
-        codecs,
-        tokenizer: format!(
-            "{:?}{}, {} tokens",
-            tokenizer.kind(),
-            tokenizer
-                .pre_tokenizer()
-                .map(|p| format!(" (pre: {p})"))
-                .unwrap_or_default(),
-            tokenizer.vocab_size()
-        ),
-    })
+    Ok(open(path)?.plan())
 }
 
 impl fmt::Display for LoadPlan {
@@ -139,28 +183,36 @@ impl fmt::Display for LoadPlan {
         writeln!(f, "architecture {}", c.arch)?;
         writeln!(
             f,
-            "shape        {} layers, hidden {}, heads {} (kv {}, dim {}), ffn {}, vocab {}",
-            c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_hidden, c.vocab
-        )?;
-        writeln!(
-            f,
-            "rope         dims {}, base {}, {} layout, position scale {}{}",
-            c.rope.dims,
-            c.rope.base,
-            if c.rope.traditional {
-                "adjacent-pair"
-            } else {
-                "half-split"
-            },
-            c.rope.position_scale,
-            if c.rope.freq_factors.is_some() {
-                ", frequency factors"
-            } else {
-                ""
-            }
+            "shape        {} layers, hidden {}, vocab {}, rms eps {}",
+            c.n_layers, c.hidden, c.vocab, c.rms_eps
         )?;
         writeln!(f, "context      {} tokens", c.context_length)?;
         writeln!(f, "tokenizer    {}", self.tokenizer)?;
+        writeln!(f, "layers")?;
+        for (l, group) in layer_groups(c) {
+            writeln!(f, "  {l:<10} {group}")?;
+        }
+        if let Some(crate::config::MixerSpec::Attention(a)) = c.layers.first().map(|l| &l.mixer) {
+            let r = &a.rope;
+            writeln!(
+                f,
+                "rope         dims {}, base {}, {} layout, position scale {}{}{}",
+                r.dims,
+                r.base,
+                if r.traditional {
+                    "adjacent-pair"
+                } else {
+                    "half-split"
+                },
+                r.position_scale,
+                if r.freq_factors.is_some() {
+                    ", frequency factors"
+                } else {
+                    ""
+                },
+                if r.yarn.is_some() { ", yarn" } else { "" }
+            )?;
+        }
         writeln!(f, "weights")?;
         for p in &self.codecs {
             writeln!(
@@ -173,5 +225,34 @@ impl fmt::Display for LoadPlan {
             )?;
         }
         Ok(())
+    }
+}
+
+/// Runs of consecutive layers with the same plan, as `("0-29", "attention ... | mlp ...")`.
+fn layer_groups(c: &ModelConfig) -> Vec<(String, String)> {
+    let mut out: Vec<(usize, usize, String)> = Vec::new();
+    for (l, spec) in c.layers.iter().enumerate() {
+        let text = format!("{spec}, cache {}", cache_name(spec.cache_kind()));
+        match out.last_mut() {
+            Some((_, end, t)) if *t == text => *end = l,
+            _ => out.push((l, l, text)),
+        }
+    }
+    out.into_iter()
+        .map(|(a, b, t)| {
+            let range = if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            };
+            (range, t)
+        })
+        .collect()
+}
+
+fn cache_name(kind: crate::cache::CacheKind) -> String {
+    match kind {
+        crate::cache::CacheKind::FullKv => "full kv".to_owned(),
+        crate::cache::CacheKind::RotatingKv { window } => format!("rotating kv ({window})"),
     }
 }

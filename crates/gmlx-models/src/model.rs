@@ -1,7 +1,8 @@
 use gmlx_mlx::Array;
 
-use crate::blocks::decoder::{Decoder, DecoderLayer, Logits};
-use crate::cache::KvCache;
+use crate::blocks::context::ForwardCtx;
+use crate::blocks::decoder::{BlockRunner, Decoder, DecoderLayer, Direct, Logits, Pass};
+use crate::cache::SequenceCache;
 use crate::config::ModelConfig;
 use crate::error::Result;
 
@@ -30,27 +31,57 @@ impl Model {
         &mut self.decoder.layers
     }
 
-    /// The decoder (embedding, blocks, final norm, head): training runs its own forward
-    /// over these parts.
+    /// The decoder (embedding, blocks, final norm, head).
     pub fn decoder(&self) -> &Decoder {
         &self.decoder
     }
 
-    /// One empty KV cache per layer.
-    pub fn new_caches(&self) -> Vec<KvCache> {
-        (0..self.config.n_layers).map(|_| KvCache::new()).collect()
+    /// Empty caches for one sequence: a cache per layer, of the kind the layer's plan asks
+    /// for (full or rotating KV).
+    pub fn new_cache(&self) -> SequenceCache {
+        SequenceCache::new(self.config.layers.iter().map(|l| l.cache_kind()))
     }
 
-    /// Runs `tokens` (`[batch, n]`, u32) after what `caches` hold; float32 logits
-    /// `[batch, n, vocab]` for [`Logits::All`], `[batch, 1, vocab]` for [`Logits::Last`].
-    pub fn forward(&self, tokens: &Array, caches: &mut [KvCache], logits: Logits) -> Result<Array> {
-        self.decoder.forward(tokens, caches, logits)
+    /// The forward pass (see [`Decoder::run`]), for callers that pick the blocks' runner
+    /// (training). Products run as MLX's differentiable ops.
+    pub fn run(
+        &self,
+        ctx: &mut ForwardCtx<'_, '_>,
+        pass: Pass,
+        runner: &mut dyn BlockRunner,
+    ) -> Result<Array> {
+        self.decoder.run(ctx, pass, runner)
+    }
+
+    /// Inference: runs `tokens` (`[1, n]`, u32) after what `cache` holds; float32 logits
+    /// `[1, n, vocab]` for [`Logits::All`], `[1, 1, vocab]` for [`Logits::Last`]. On the CPU its
+    /// few-row products may run on the host kernel, so do not differentiate through it.
+    pub fn forward(
+        &self,
+        tokens: &Array,
+        cache: &mut SequenceCache,
+        logits: Logits,
+    ) -> Result<Array> {
+        let _host = gmlx_mlx::quant::host_products();
+        let mut rows = [cache];
+        let mut ctx = ForwardCtx::cached(tokens, &mut rows);
+        self.decoder
+            .run(&mut ctx, Pass::logits(logits), &mut Direct)
     }
 
     /// One decode step for `B` independent sequences: `tokens[b]` continues the sequence whose
-    /// per-layer caches are `caches[b]`; float32 logits `[B, vocab]` (continuous batching).
-    pub fn forward_rows(&self, tokens: &[u32], caches: &mut [&mut [KvCache]]) -> Result<Array> {
-        self.decoder.forward_rows(tokens, caches)
+    /// caches are `caches[b]`; float32 logits `[B, vocab]` (continuous batching). Every matmul
+    /// runs once over the rows; rotation, caches and attention run per row.
+    pub fn forward_rows(&self, tokens: &[u32], caches: &mut [&mut SequenceCache]) -> Result<Array> {
+        let _host = gmlx_mlx::quant::host_products();
+        let batch = tokens.len() as i32;
+        let ids = Array::from_slice(tokens, &[batch, 1]);
+        let mut ctx = ForwardCtx::cached(&ids, caches);
+        let logits = self
+            .decoder
+            .run(&mut ctx, Pass::logits(Logits::Last), &mut Direct)?;
+        let vocab = logits.shape()[2];
+        Ok(logits.reshape(&[batch, vocab])?)
     }
 
     /// Evaluates every weight so the model is resident; returns the bytes the weights hold.

@@ -3,6 +3,7 @@ use gmlx_gguf::GgufFile;
 use gmlx_mlx::Dtype;
 
 use crate::arch;
+use crate::build;
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -11,32 +12,42 @@ use crate::model::Model;
 pub struct ArchSpec {
     /// The `general.architecture` value.
     pub name: &'static str,
+    /// Reads the metadata into a validated config with its per-layer plan.
     pub synth: fn(&GgufFile) -> Result<ModelConfig>,
-    pub build: fn(&GgufFile, Dtype) -> Result<Model>,
+    /// Assembles the model from the file and its config.
+    pub build: fn(&GgufFile, &ModelConfig, Dtype) -> Result<Model>,
 }
 
 pub static ARCHES: &[ArchSpec] = &[
     ArchSpec {
         name: "llama",
         synth: arch::llama::synth,
-        build: arch::llama::build,
+        build: build::model,
     },
     ArchSpec {
         name: "qwen3",
         synth: arch::qwen3::synth,
-        build: arch::qwen3::build,
+        build: build::model,
     },
     ArchSpec {
         name: "gpt-oss",
         synth: arch::gpt_oss::synth,
-        build: arch::gpt_oss::build,
+        build: build::model,
     },
     ArchSpec {
         name: "qwen3moe",
         synth: arch::qwen3moe::synth,
-        build: arch::qwen3moe::build,
+        build: build::model,
     },
 ];
+
+impl std::fmt::Debug for ArchSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArchSpec")
+            .field("name", &self.name)
+            .finish()
+    }
+}
 
 /// The row for `name`, or an error listing what is supported.
 pub fn lookup(name: &str) -> Result<&'static ArchSpec> {

@@ -1,51 +1,110 @@
 //! Reads an architecture's tensors from the file by name, checking each shape against the
 //! config before any byte is converted.
+//!
+//! The same builder runs twice per load: first as a preflight, where every tensor the plan
+//! asks for is only looked up and its shape checked (each problem is recorded, a placeholder
+//! returned, nothing read), so one error lists everything missing or misshapen before any
+//! byte is read; then for real.
+use std::cell::RefCell;
+
 use gmlx_gguf::GgufFile;
-use gmlx_mlx::{Dtype, QuantWeight};
+use gmlx_mlx::{Array, Dtype, QuantWeight};
 
 use crate::blocks::norm::RmsNorm;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TensorProblem};
 
 pub struct Weights<'f> {
-    pub file: &'f GgufFile,
-    pub dtype: Dtype,
+    file: &'f GgufFile,
+    dtype: Dtype,
+    /// `Some` in a preflight: what is wrong so far.
+    preflight: Option<RefCell<Vec<TensorProblem>>>,
 }
 
-impl Weights<'_> {
-    /// The tensor `name`, which must have exactly `dims` (GGUF order).
-    fn checked(&self, name: &str, dims: &[u64]) -> Result<&gmlx_gguf::TensorInfo> {
-        let info = self.file.tensor(name).map_err(|_| Error::MissingTensor {
-            name: name.to_owned(),
-        })?;
-        if info.dims != dims {
-            return Err(Error::TensorShape {
+impl<'f> Weights<'f> {
+    /// Reads tensors for real.
+    pub fn new(file: &'f GgufFile, dtype: Dtype) -> Weights<'f> {
+        Weights {
+            file,
+            dtype,
+            preflight: None,
+        }
+    }
+
+    /// Looks tensors up without reading them.
+    pub fn preflight(file: &'f GgufFile, dtype: Dtype) -> Weights<'f> {
+        Weights {
+            file,
+            dtype,
+            preflight: Some(RefCell::new(Vec::new())),
+        }
+    }
+
+    /// The problems a preflight found (none outside a preflight).
+    pub fn problems(self) -> Vec<TensorProblem> {
+        self.preflight.map(RefCell::into_inner).unwrap_or_default()
+    }
+
+    /// The activation dtype dense weights are stored in.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// The tensor `name`, which must have exactly `dims` (GGUF order); `None` in a preflight,
+    /// after recording what is wrong.
+    fn checked(&self, name: &str, dims: &[u64]) -> Result<Option<&gmlx_gguf::TensorInfo>> {
+        let problem = match self.file.tensor(name) {
+            Ok(info) if info.dims == dims => {
+                return Ok(self.preflight.is_none().then_some(info));
+            }
+            Ok(info) => TensorProblem::Shape {
                 name: name.to_owned(),
                 found: info.dims.clone(),
                 expected: dims.to_vec(),
-            });
+            },
+            Err(_) => TensorProblem::Missing {
+                name: name.to_owned(),
+            },
+        };
+        match &self.preflight {
+            Some(problems) => {
+                problems.borrow_mut().push(problem);
+                Ok(None)
+            }
+            None => Err(Error::Tensors {
+                problems: vec![problem],
+            }),
         }
-        Ok(info)
+    }
+
+    fn placeholder(name: &str) -> QuantWeight {
+        QuantWeight::dense(name, Array::from_f32(0.0))
     }
 
     /// A `[rows, cols]` matrix (GGUF dims `[cols, rows]`).
     pub fn matrix(&self, name: &str, rows: i32, cols: i32) -> Result<QuantWeight> {
-        let info = self.checked(name, &[cols as u64, rows as u64])?;
-        Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?)
+        match self.checked(name, &[cols as u64, rows as u64])? {
+            Some(info) => Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?),
+            None => Ok(Self::placeholder(name)),
+        }
     }
 
     /// A stack of `experts` matrices `[rows, cols]` (GGUF dims `[cols, rows, experts]`).
     pub fn experts(&self, name: &str, experts: i32, rows: i32, cols: i32) -> Result<QuantWeight> {
-        let info = self.checked(name, &[cols as u64, rows as u64, experts as u64])?;
-        Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?)
+        match self.checked(name, &[cols as u64, rows as u64, experts as u64])? {
+            Some(info) => Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?),
+            None => Ok(Self::placeholder(name)),
+        }
     }
 
     /// A dense array of the given GGUF dims (biases, sinks), in the activation dtype, with
     /// the row-major shape (dims reversed).
-    pub fn array(&self, name: &str, dims: &[u64]) -> Result<gmlx_mlx::Array> {
-        self.checked(name, dims)?;
+    pub fn array(&self, name: &str, dims: &[u64]) -> Result<Array> {
+        if self.checked(name, dims)?.is_none() {
+            return Ok(Array::from_f32(0.0));
+        }
         let values = self.file.dequantize(name)?;
         let shape: Vec<i32> = dims.iter().rev().map(|&d| d as i32).collect();
-        Ok(gmlx_mlx::Array::from_slice(&values, &shape).as_dtype(self.dtype)?)
+        Ok(Array::from_slice(&values, &shape).as_dtype(self.dtype)?)
     }
 
     /// Like [`Weights::matrix`], `None` when the file has no such tensor.
@@ -59,12 +118,19 @@ impl Weights<'_> {
 
     /// An RMSNorm of `len` features.
     pub fn rms_norm(&self, name: &str, len: i32, eps: f32) -> Result<RmsNorm> {
-        let info = self.checked(name, &[len as u64])?;
+        let Some(info) = self.checked(name, &[len as u64])? else {
+            return Ok(RmsNorm {
+                weight: Array::from_f32(0.0),
+                eps,
+            });
+        };
         let w = QuantWeight::from_gguf(self.file, info, self.dtype)?;
-        let weight = w.as_dense().cloned().ok_or_else(|| Error::TensorShape {
-            name: name.to_owned(),
-            found: info.dims.clone(),
-            expected: vec![len as u64],
+        let weight = w.as_dense().cloned().ok_or_else(|| Error::Tensors {
+            problems: vec![TensorProblem::Shape {
+                name: name.to_owned(),
+                found: info.dims.clone(),
+                expected: vec![len as u64],
+            }],
         })?;
         Ok(RmsNorm { weight, eps })
     }

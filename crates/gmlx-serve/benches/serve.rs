@@ -45,6 +45,8 @@ fn main() {
         sampling: SamplingParams::default(),
         stop: Vec::new(),
         logprobs: None,
+        ignore_eos: false,
+        span: tracing::Span::none(),
     };
     let run = |n: usize| -> f64 {
         let start = Instant::now();

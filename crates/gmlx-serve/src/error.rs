@@ -17,6 +17,9 @@ pub enum Error {
         file: PathBuf,
         source: std::io::Error,
     },
+    /// A command-line flag out of its range.
+    #[error("{flag}: {reason}")]
+    BadFlag { flag: &'static str, reason: String },
     /// A non-loopback address without an API key.
     #[error(
         "refusing to listen on {host} without an API key (set server.api_key, or pass --no-auth)"

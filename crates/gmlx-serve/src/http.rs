@@ -1,7 +1,6 @@
 //! The hyper service: listener, per-connection tasks, SIGHUP reloads and graceful SIGTERM.
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -11,62 +10,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::config::ServeConfig;
 use crate::error::{Error, Result};
-use crate::validate::{self, Context, ModelInfo};
-
-/// What every handler sees: the loaded models and the (reloadable) config.
-pub struct State {
-    pub models: BTreeMap<String, Arc<ModelInfo>>,
-    config: RwLock<Arc<ServeConfig>>,
-    env_thinking: RwLock<Option<bool>>,
-}
-
-impl State {
-    pub fn new(config: ServeConfig, models: BTreeMap<String, Arc<ModelInfo>>) -> State {
-        State {
-            models,
-            config: RwLock::new(Arc::new(config)),
-            env_thinking: RwLock::new(validate::env_thinking()),
-        }
-    }
-
-    pub fn config(&self) -> Arc<ServeConfig> {
-        Arc::clone(&self.config.read().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    pub fn with_context<T>(&self, f: impl FnOnce(&Context<'_>) -> T) -> T {
-        let config = self.config();
-        let env_thinking = *self.env_thinking.read().unwrap_or_else(|e| e.into_inner());
-        f(&Context {
-            config: &config,
-            models: &self.models,
-            env_thinking,
-        })
-    }
-
-    /// Re-reads the config file: profiles, aliases, API key and limits take effect for new
-    /// requests; models already loaded stay loaded (a new model needs a restart).
-    fn reload(&self) {
-        let current = self.config();
-        let Some(file) = &current.source else {
-            eprintln!("gmlx-server: SIGHUP: no config file to reload");
-            return;
-        };
-        match ServeConfig::from_file(file) {
-            Ok(mut fresh) => {
-                fresh.no_auth = current.no_auth;
-                fresh.host = current.host;
-                fresh.port = current.port;
-                *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
-                *self.env_thinking.write().unwrap_or_else(|e| e.into_inner()) =
-                    validate::env_thinking();
-                eprintln!("gmlx-server: reloaded {}", file.display());
-            }
-            Err(e) => eprintln!("gmlx-server: reload refused, keeping the old config: {e}"),
-        }
-    }
-}
+use crate::state::State;
 
 /// Serves until SIGTERM or SIGINT, then stops accepting and waits up to the grace period
 /// for in-flight requests before cancelling them.
@@ -80,7 +25,7 @@ pub async fn serve(state: Arc<State>) -> Result<()> {
             source,
         })?;
     let local = listener.local_addr()?;
-    eprintln!("gmlx-server: listening on http://{local}");
+    tracing::info!("listening on http://{local}");
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
@@ -109,10 +54,10 @@ pub async fn serve(state: Arc<State>) -> Result<()> {
     }
     drop(listener);
     let grace = Duration::from_secs(state.config().shutdown_grace_s);
-    eprintln!("gmlx-server: shutting down (waiting up to {grace:?} for in-flight requests)");
+    tracing::info!("shutting down (waiting up to {grace:?} for in-flight requests)");
     tokio::select! {
-        _ = graceful.shutdown() => eprintln!("gmlx-server: all requests finished"),
-        _ = tokio::time::sleep(grace) => eprintln!("gmlx-server: grace period over; cancelling the rest"),
+        _ = graceful.shutdown() => tracing::info!("all requests finished"),
+        _ = tokio::time::sleep(grace) => tracing::info!("grace period over; cancelling the rest"),
     }
     Ok(())
 }

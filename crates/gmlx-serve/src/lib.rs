@@ -14,12 +14,15 @@
 //! (`engine`), which owns the model and decodes every active request in one batched forward
 //! pass, streaming tokens back per request.
 pub mod api;
+pub mod args;
 pub mod config;
 pub mod engine;
 mod error;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 mod router;
+pub mod state;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -43,21 +46,17 @@ pub fn run(config: ServeConfig) -> Result<()> {
         engines.push(engine.clone());
         let info = validate::ModelInfo::new(entry.clone(), engine)?;
         match &entry.adapter {
-            Some(adapter) => eprintln!(
-                "gmlx-server: model `{}` loaded from {} with adapter {}",
+            Some(adapter) => tracing::info!(
+                "model `{}` loaded from {} with adapter {}",
                 entry.id,
                 entry.path.display(),
                 adapter.display()
             ),
-            None => eprintln!(
-                "gmlx-server: model `{}` loaded from {}",
-                entry.id,
-                entry.path.display()
-            ),
+            None => tracing::info!("model `{}` loaded from {}", entry.id, entry.path.display()),
         }
         models.insert(entry.id.clone(), Arc::new(info));
     }
-    let state = Arc::new(http::State::new(config, models));
+    let state = Arc::new(state::State::new(config, models));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

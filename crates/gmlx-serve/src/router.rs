@@ -6,7 +6,7 @@ use hyper::{Method, Request, Response};
 
 use crate::api::{self, sse::Body};
 use crate::error::{Error, Result};
-use crate::http::State;
+use crate::state::State;
 
 pub async fn route(state: &State, req: Request<Incoming>) -> Response<Body> {
     match dispatch(state, req).await {

@@ -296,6 +296,8 @@ fn finish(
             sampling,
             stop,
             logprobs,
+            ignore_eos: common.ignore_eos,
+            span: tracing::Span::none(),
         },
         model,
         stream: common.stream,

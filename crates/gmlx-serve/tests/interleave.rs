@@ -34,6 +34,8 @@ fn running_streams_keep_streaming_while_a_long_prompt_prefills() {
         },
         stop: Vec::new(),
         logprobs: None,
+        ignore_eos: false,
+        span: tracing::Span::none(),
     };
     let mut running = engine
         .submit(request("running", "Tell me a long story.", 400))

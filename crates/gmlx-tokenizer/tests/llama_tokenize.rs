@@ -55,7 +55,6 @@ fn suite_vocabs_match_llama_tokenize() {
 }
 
 #[test]
-#[ignore = "needs SmolLM2-135M-Instruct.Q4_1.gguf (GMLX_SMOLLM2)"]
 fn smollm2_matches_llama_tokenize() {
     let tok = Tokenizer::from_gguf_path(util::smollm2_path()).unwrap();
     assert_eq!(tok.pre_tokenizer(), Some("smollm"));

@@ -13,9 +13,7 @@ use crate::error::{Error, Result};
 pub struct Target {
     /// Block index.
     pub layer: usize,
-    /// Index in [`gmlx_models::blocks::decoder::DecoderLayer::linears`].
-    pub slot: usize,
-    /// The base weight's GGUF name.
+    /// The base weight's GGUF name: how the target is found in the block.
     pub name: String,
     /// Output and input features.
     pub rows: i32,
@@ -49,7 +47,7 @@ impl LoraSet {
         let first = n - config.num_layers.unwrap_or(n).min(n);
         let mut targets = Vec::new();
         for (li, layer) in model.layers().iter().enumerate().skip(first) {
-            for (slot, lin) in layer.linears().iter().enumerate() {
+            for lin in layer.linears() {
                 let Some(key) = slot_key(lin.name()) else {
                     continue;
                 };
@@ -57,7 +55,6 @@ impl LoraSet {
                     let (rows, cols) = lin.weight.shape();
                     targets.push(Target {
                         layer: li,
-                        slot,
                         name: lin.name().to_owned(),
                         rows,
                         cols,
@@ -98,11 +95,11 @@ impl LoraSet {
         self.params.iter().map(Array::size).sum()
     }
 
-    /// For each block, the `(slot, target index)` pairs it carries.
-    pub fn by_layer(&self, n_layers: usize) -> Vec<Vec<(usize, usize)>> {
+    /// For each block, the indices of the targets it carries.
+    pub fn by_layer(&self, n_layers: usize) -> Vec<Vec<usize>> {
         let mut out = vec![Vec::new(); n_layers];
         for (i, t) in self.targets.iter().enumerate() {
-            out[t.layer].push((t.slot, i));
+            out[t.layer].push(i);
         }
         out
     }
@@ -137,13 +134,13 @@ impl LoraSet {
     pub fn install(&self, model: &mut Model) {
         adapter::remove(model);
         for (i, t) in self.targets.iter().enumerate() {
-            let layer = &mut model.layers_mut()[t.layer];
-            let mut linears = layer.linears_mut();
-            linears[t.slot].lora = Some(Lora::new(
-                self.params[2 * i].clone(),
-                self.params[2 * i + 1].clone(),
-                self.scale,
-            ));
+            if let Some(linear) = model.layers_mut()[t.layer].linear_mut(&t.name) {
+                linear.lora = Some(Lora::new(
+                    self.params[2 * i].clone(),
+                    self.params[2 * i + 1].clone(),
+                    self.scale,
+                ));
+            }
         }
     }
 }

@@ -3,15 +3,14 @@
 use gmlx_mlx::checkpoint::Checkpointed;
 use gmlx_mlx::mlx_rs::error::Exception;
 use gmlx_mlx::mlx_rs::random;
-use gmlx_mlx::{Array, Dtype};
+use gmlx_mlx::Array;
 use gmlx_models::blocks::decoder::DecoderLayer;
 use gmlx_models::blocks::linear::{Lora, LoraDropout};
-use gmlx_models::cache::KvCache;
-use gmlx_models::Model;
+use gmlx_models::{BlockRunner, Direct, ForwardCtx, Logits, Model, Pass};
 
 use crate::data::Example;
 use crate::error::Result;
-use crate::lora::LoraSet;
+use crate::lora::{LoraSet, Target};
 
 /// A padded micro-batch: `inputs[b, t]` predicts `targets[b, t]`; only the positions with
 /// weight 1 (not padding, not a masked prompt token) count in the loss, and only their logits
@@ -96,12 +95,13 @@ impl Batch {
 /// Runs the frozen blocks `0..end` on `ids` (one row): the hidden states entering block `end`.
 /// No adapter sits in these blocks, so the result is a constant of training.
 pub fn frozen_prefix(model: &Model, ids: &[u32], end: usize) -> Result<Array> {
-    let decoder = model.decoder();
     let tokens = Array::from_slice(ids, &[1, ids.len() as i32]);
-    let mut x = decoder.token_embd.rows(&tokens)?.as_dtype(decoder.dtype)?;
-    for layer in &decoder.layers[..end] {
-        x = layer.forward(&x, &mut KvCache::new())?;
-    }
+    let pass = Pass {
+        from: None,
+        until: Some(end),
+        logits: Logits::Last,
+    };
+    let x = model.run(&mut ForwardCtx::uncached(&tokens), pass, &mut Direct)?;
     x.eval()?;
     Ok(x)
 }
@@ -123,16 +123,17 @@ fn exception(e: gmlx_models::Error) -> Exception {
 /// output `[block(x)]`. Owns what it needs, so it can live inside MLX's graph.
 fn block_fn(
     layer: DecoderLayer,
-    slots: Vec<usize>,
+    index: usize,
+    tokens: Array,
+    names: Vec<String>,
     scale: f32,
     dropout: Option<(f32, Vec<Array>)>,
 ) -> impl FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exception> + 'static {
     move |inputs: &[Array]| {
         let mut layer = layer.clone();
-        {
-            let mut linears = layer.linears_mut();
-            for (k, &slot) in slots.iter().enumerate() {
-                linears[slot].lora = Some(Lora {
+        for (k, name) in names.iter().enumerate() {
+            if let Some(linear) = layer.linear_mut(name) {
+                linear.lora = Some(Lora {
                     a: inputs[1 + 2 * k].clone(),
                     b: inputs[2 + 2 * k].clone(),
                     scale,
@@ -144,9 +145,71 @@ fn block_fn(
             }
         }
         let y = layer
-            .forward(&inputs[0], &mut KvCache::new())
+            .forward(&inputs[0], index, &mut ForwardCtx::uncached(&tokens))
             .map_err(exception)?;
         Ok(vec![y])
+    }
+}
+
+/// Runs the blocks of a training forward: a block with adapters gets its parameters passed
+/// in (under MLX's checkpoint transform when asked), the others run as they are.
+struct AdaptedBlocks<'p> {
+    by_layer: Vec<Vec<usize>>,
+    targets: &'p [Target],
+    params: &'p [Array],
+    scale: f32,
+    options: ForwardOptions,
+}
+
+impl BlockRunner for AdaptedBlocks<'_> {
+    fn run(
+        &mut self,
+        li: usize,
+        block: &DecoderLayer,
+        x: Array,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> gmlx_models::Result<Array> {
+        let targets = &self.by_layer[li];
+        if targets.is_empty() {
+            return block.forward(&x, li, ctx);
+        }
+        let names: Vec<String> = targets
+            .iter()
+            .map(|&t| self.targets[t].name.clone())
+            .collect();
+        let dropout = match self.options.dropout {
+            Some((p, seed)) if p > 0.0 => {
+                // one mask stream per (block, projection), the projection numbered by its
+                // place in the block
+                let place = |name: &str| {
+                    block
+                        .linears()
+                        .iter()
+                        .position(|l| l.name() == name)
+                        .unwrap_or(0) as u64
+                };
+                let keys = names
+                    .iter()
+                    .map(|name| random::key(seed ^ ((li as u64) << 32) ^ (place(name) << 48)))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                Some((p, keys))
+            }
+            _ => None,
+        };
+        let mut inputs = Vec::with_capacity(1 + 2 * targets.len());
+        inputs.push(x);
+        for &t in targets {
+            inputs.push(self.params[2 * t].clone());
+            inputs.push(self.params[2 * t + 1].clone());
+        }
+        let tokens = ctx.tokens.clone();
+        let mut f = block_fn(block.clone(), li, tokens, names, self.scale, dropout);
+        let mut out = if self.options.checkpoint {
+            Checkpointed::new(f).and_then(|c| c.apply(&inputs))?
+        } else {
+            f(&inputs)?
+        };
+        Ok(out.remove(0))
     }
 }
 
@@ -160,59 +223,20 @@ pub fn loss(
     batch: &Batch,
     options: ForwardOptions,
 ) -> Result<Array> {
-    let decoder = model.decoder();
-    let by_layer = set.by_layer(decoder.layers.len());
-    let (start, mut x) = match &batch.prefix {
-        Some((start, h)) => (*start, h.clone()),
-        None => (
-            0,
-            decoder
-                .token_embd
-                .rows(&batch.inputs)?
-                .as_dtype(decoder.dtype)?,
-        ),
+    let mut blocks = AdaptedBlocks {
+        by_layer: set.by_layer(model.layers().len()),
+        targets: &set.targets,
+        params,
+        scale: set.scale,
+        options,
     };
-    for (li, (layer, targets)) in decoder.layers.iter().zip(&by_layer).enumerate() {
-        if li < start {
-            continue;
-        }
-        if targets.is_empty() {
-            x = layer.forward(&x, &mut KvCache::new())?;
-            continue;
-        }
-        let dropout = match options.dropout {
-            Some((p, seed)) if p > 0.0 => {
-                let keys = targets
-                    .iter()
-                    .map(|&(slot, _)| {
-                        random::key(seed ^ ((li as u64) << 32) ^ ((slot as u64) << 48))
-                    })
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
-                Some((p, keys))
-            }
-            _ => None,
-        };
-        let mut inputs = Vec::with_capacity(1 + 2 * targets.len());
-        inputs.push(x);
-        for &(_, t) in targets {
-            inputs.push(params[2 * t].clone());
-            inputs.push(params[2 * t + 1].clone());
-        }
-        let slots = targets.iter().map(|&(slot, _)| slot).collect();
-        let mut f = block_fn(layer.clone(), slots, set.scale, dropout);
-        let mut out = if options.checkpoint {
-            Checkpointed::new(f)?.apply(&inputs)?
-        } else {
-            f(&inputs)?
-        };
-        x = out.remove(0);
-    }
     // Only the target positions go through the output head, the costliest matmul.
-    let hidden = x.shape()[2];
-    let x = x.reshape(&[-1, hidden])?.take_axis(&batch.positions, 0)?;
-    let x = decoder.output_norm.forward(&x)?;
-    let head = decoder.output.as_ref().unwrap_or(&decoder.token_embd);
-    let logits = head.matmul(&x)?.as_dtype(Dtype::Float32)?;
+    let pass = Pass {
+        from: batch.prefix.clone(),
+        until: None,
+        logits: Logits::Positions(batch.positions.clone()),
+    };
+    let logits = model.run(&mut ForwardCtx::uncached(&batch.inputs), pass, &mut blocks)?;
     cross_entropy(&logits, &batch.labels)
 }
 

@@ -1,14 +1,16 @@
+//! Grouped-query softmax attention with rotary positions, optional per-head Q/K norms,
+//! sinks and a sliding window.
 use gmlx_mlx::fast::{self, ScaledDotProductAttentionMask};
 use gmlx_mlx::Array;
 
+use crate::blocks::context::ForwardCtx;
 use crate::blocks::linear::Linear;
+use crate::blocks::mask;
 use crate::blocks::norm::RmsNorm;
-
 use crate::blocks::rope::Rope;
-use crate::cache::KvCache;
-use crate::error::Result;
+use crate::cache::{Attended, KeyMask, LayerCache};
+use crate::error::{Error, Result};
 
-/// Grouped-query self-attention with rotary positions.
 #[derive(Debug, Clone)]
 pub struct Attention {
     pub attn_q: Linear,
@@ -28,22 +30,10 @@ pub struct Attention {
     pub window: Option<i32>,
 }
 
-/// `[queries, keys]` visibility for `queries` new tokens after `offset` cached ones, causal
-/// and limited to the last `window` positions.
-fn window_mask(queries: i32, offset: i32, window: i32) -> Array {
-    let keys = offset + queries;
-    let visible: Vec<bool> = (0..queries)
-        .flat_map(|i| {
-            let q = offset + i;
-            (0..keys).map(move |k| k <= q && q - k < window)
-        })
-        .collect();
-    Array::from_slice(&visible, &[queries, keys])
-}
-
 impl Attention {
-    /// `x [batch, tokens, hidden]`; the tokens continue the ones already in `cache`.
-    pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
+    /// `x [batch, tokens, hidden]` of block `layer`. In a cached pass each row continues its
+    /// own sequence (projections run batched; rotation, the cache and attention per row).
+    pub fn forward(&self, x: &Array, layer: usize, ctx: &mut ForwardCtx<'_, '_>) -> Result<Array> {
         let shape = x.shape();
         let (batch, tokens) = (shape[0], shape[1]);
         let heads = |w: &Linear, n: i32, norm: Option<&RmsNorm>| -> Result<Array> {
@@ -53,26 +43,45 @@ impl Attention {
             }
             Ok(h.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let offset = cache.len();
         let q = heads(&self.attn_q, self.n_heads, self.attn_q_norm.as_ref())?;
         let k = heads(&self.attn_k, self.n_kv_heads, self.attn_k_norm.as_ref())?;
-        let q = self.rope.forward(&q, offset)?;
-        let k = self.rope.forward(&k, offset)?;
         let v = heads(&self.attn_v, self.n_kv_heads, None)?;
-        let (keys, values) = cache.append(&k, &v)?;
-        let scale = 1.0 / (self.head_dim as f32).sqrt();
-        // The causal mask of MLX's kernel is aligned to the last key, so a chunk that follows
-        // cached tokens sees all of them; one query token needs no mask at all.
-        let windowed = self
-            .window
-            .filter(|&w| offset + tokens > w)
-            .map(|w| window_mask(tokens, offset, w));
-        let mask = match &windowed {
-            Some(m) => Some(ScaledDotProductAttentionMask::Array(m)),
-            None => (tokens > 1).then_some(ScaledDotProductAttentionMask::Causal),
+        let out = if ctx.is_cached() {
+            let mut outs = Vec::with_capacity(batch as usize);
+            for b in 0..batch {
+                let of_row = |a: &Array| row(a, b, batch);
+                let position = ctx.positions[b as usize];
+                let cache = ctx
+                    .layer_cache(b as usize, layer)
+                    .ok_or(Error::CacheMismatch { layer })?;
+                outs.push(self.attend_cached(
+                    &of_row(&q)?,
+                    &of_row(&k)?,
+                    &of_row(&v)?,
+                    position,
+                    cache,
+                )?);
+            }
+            if outs.len() == 1 {
+                outs.remove(0)
+            } else {
+                gmlx_mlx::ops::concatenate(&outs, 0)?
+            }
+        } else {
+            let q = self.rope.forward(&q, 0)?;
+            let k = self.rope.forward(&k, 0)?;
+            let windowed = self
+                .window
+                .filter(|&w| tokens > w)
+                .map(|w| mask::causal(0, tokens, 0, tokens, Some(w)))
+                .transpose()?;
+            let mask = match &windowed {
+                Some(m) => KeyMask::Array(m.clone()),
+                None if tokens > 1 => KeyMask::Causal,
+                None => KeyMask::All,
+            };
+            self.sdpa(&q, &k, &v, &mask)?
         };
-        let sinks = self.sinks.as_ref();
-        let out = fast::scaled_dot_product_attention(&q, &keys, &values, scale, mask, sinks)?;
         let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
             batch,
             tokens,
@@ -80,56 +89,77 @@ impl Attention {
         ])?;
         self.attn_output.forward(&out)
     }
+
+    /// One row: rotate at the row's position, append to its cache, attend.
+    fn attend_cached(
+        &self,
+        q: &Array,
+        k: &Array,
+        v: &Array,
+        position: i32,
+        cache: &mut LayerCache,
+    ) -> Result<Array> {
+        let q = self.rope.forward(q, position)?;
+        let k = self.rope.forward(k, position)?;
+        let Attended { keys, values, mask } = cache.attend(&k, v, position)?;
+        self.sdpa(&q, &keys, &values, &mask)
+    }
+
+    fn sdpa(&self, q: &Array, k: &Array, v: &Array, mask: &KeyMask) -> Result<Array> {
+        let scale = 1.0 / (self.head_dim as f32).sqrt();
+        let mask = match mask {
+            KeyMask::All => None,
+            KeyMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
+            KeyMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
+        };
+        Ok(fast::scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            scale,
+            mask,
+            self.sinks.as_ref(),
+        )?)
+    }
+
+    /// The projections adapters can target, in GGUF tensor order.
+    pub fn linears(&self) -> [&Linear; 4] {
+        [&self.attn_q, &self.attn_k, &self.attn_v, &self.attn_output]
+    }
+
+    pub fn linears_mut(&mut self) -> [&mut Linear; 4] {
+        [
+            &mut self.attn_q,
+            &mut self.attn_k,
+            &mut self.attn_v,
+            &mut self.attn_output,
+        ]
+    }
+
+    /// Every array the block holds (weights, norms, sinks).
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out: Vec<&Array> = self
+            .linears()
+            .into_iter()
+            .flat_map(Linear::arrays)
+            .collect();
+        for norm in [&self.attn_q_norm, &self.attn_k_norm].into_iter().flatten() {
+            out.push(&norm.weight);
+        }
+        out.extend(self.sinks.as_ref());
+        out
+    }
 }
 
-impl Attention {
-    /// One new token for each of `B` independent sequences: `x [B, 1, hidden]`, row `b`
-    /// continuing what `caches[b]` holds. The projections run batched; rotation, the cache
-    /// append and attention run per row, since rows have their own lengths.
-    pub fn forward_rows(&self, x: &Array, caches: &mut [&mut KvCache]) -> Result<Array> {
-        let batch = x.shape()[0];
-        let heads = |w: &Linear, n: i32, norm: Option<&RmsNorm>| -> Result<Array> {
-            let mut h = w.forward(x)?.reshape(&[batch, 1, n, self.head_dim])?;
-            if let Some(norm) = norm {
-                h = norm.forward(&h)?;
-            }
-            Ok(h.transpose_axes(&[0, 2, 1, 3])?)
-        };
-        let q = heads(&self.attn_q, self.n_heads, self.attn_q_norm.as_ref())?;
-        let k = heads(&self.attn_k, self.n_kv_heads, self.attn_k_norm.as_ref())?;
-        let v = heads(&self.attn_v, self.n_kv_heads, None)?;
-        let scale = 1.0 / (self.head_dim as f32).sqrt();
-        let row = |a: &Array, b: i32| -> Result<Array> {
-            let s = a.shape();
-            Ok(gmlx_mlx::slicing::slice(
-                a,
-                &[b, 0, 0, 0],
-                &[b + 1, s[1], s[2], s[3]],
-            )?)
-        };
-        let mut outs = Vec::with_capacity(caches.len());
-        for (b, cache) in caches.iter_mut().enumerate() {
-            let b = b as i32;
-            let offset = cache.len();
-            let q = self.rope.forward(&row(&q, b)?, offset)?;
-            let k = self.rope.forward(&row(&k, b)?, offset)?;
-            let (keys, values) = cache.append(&k, &row(&v, b)?)?;
-            let windowed = self
-                .window
-                .filter(|&w| offset + 1 > w)
-                .map(|w| window_mask(1, offset, w));
-            let mask = windowed.as_ref().map(ScaledDotProductAttentionMask::Array);
-            let sinks = self.sinks.as_ref();
-            outs.push(fast::scaled_dot_product_attention(
-                &q, &keys, &values, scale, mask, sinks,
-            )?);
-        }
-        let out = gmlx_mlx::ops::concatenate(&outs, 0)?;
-        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
-            batch,
-            1,
-            self.n_heads * self.head_dim,
-        ])?;
-        self.attn_output.forward(&out)
+/// Row `b` of a `[batch, ...]` array (the array itself when there is one row).
+fn row(a: &Array, b: i32, batch: i32) -> Result<Array> {
+    if batch == 1 {
+        return Ok(a.clone());
     }
+    let s = a.shape();
+    Ok(gmlx_mlx::slicing::slice(
+        a,
+        &[b, 0, 0, 0],
+        &[b + 1, s[1], s[2], s[3]],
+    )?)
 }

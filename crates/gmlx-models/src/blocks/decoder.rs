@@ -1,13 +1,14 @@
-//! The pre-norm decoder stack most GGUF architectures share: embedding, blocks of attention
-//! and MLP with residuals, final norm, output head.
+//! The pre-norm decoder stack every architecture here shares: embedding, blocks of a mixer
+//! and a feed-forward with residuals, final norm, output head; and the one forward pass that
+//! runs it, for generation, batched serving, training and benchmarks alike.
 use gmlx_mlx::{Array, Dtype, QuantWeight};
 
-use crate::blocks::attention::Attention;
+use crate::blocks::context::ForwardCtx;
 use crate::blocks::linear::Linear;
+use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::SwiGlu;
 use crate::blocks::moe::MoeFfn;
 use crate::blocks::norm::RmsNorm;
-use crate::cache::KvCache;
 use crate::error::Result;
 
 /// The feed-forward half of a block.
@@ -26,57 +27,136 @@ impl Ffn {
             Ffn::Moe(moe) => moe.forward(x),
         }
     }
+
+    /// Linear layers adapters can target: a dense MLP's projections (experts are not).
+    pub fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Ffn::Dense(m) => m.linears().into(),
+            Ffn::Moe(_) => Vec::new(),
+        }
+    }
+
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match self {
+            Ffn::Dense(m) => m.linears_mut().into(),
+            Ffn::Moe(_) => Vec::new(),
+        }
+    }
+
+    pub fn arrays(&self) -> Vec<&Array> {
+        match self {
+            Ffn::Dense(m) => m.linears().into_iter().flat_map(Linear::arrays).collect(),
+            Ffn::Moe(moe) => moe.arrays(),
+        }
+    }
 }
 
-/// One block: `h = x + attn(norm(x)); out = h + ffn(norm(h))`.
+/// One block: `h = x + mixer(norm(x)); out = h + ffn(norm(h))`.
 #[derive(Debug, Clone)]
 pub struct DecoderLayer {
     pub attn_norm: RmsNorm,
-    pub attention: Attention,
+    pub mixer: Mixer,
     pub ffn_norm: RmsNorm,
     pub ffn: Ffn,
 }
 
 impl DecoderLayer {
-    /// The layer's linear layers that adapters can target: attention projections, and the
-    /// MLP projections of a dense layer (GGUF tensor order).
+    /// The layer's linear layers that adapters can target, in GGUF tensor order.
     pub fn linears(&self) -> Vec<&Linear> {
-        let a = &self.attention;
-        let mut out = vec![&a.attn_q, &a.attn_k, &a.attn_v, &a.attn_output];
-        if let Ffn::Dense(m) = &self.ffn {
-            out.extend([&m.ffn_gate, &m.ffn_up, &m.ffn_down]);
-        }
+        let mut out = self.mixer.linears();
+        out.extend(self.ffn.linears());
         out
     }
 
     /// Mutable access to the same layers (installing adapters).
     pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
-        let a = &mut self.attention;
-        let mut out = vec![
-            &mut a.attn_q,
-            &mut a.attn_k,
-            &mut a.attn_v,
-            &mut a.attn_output,
-        ];
-        if let Ffn::Dense(m) = &mut self.ffn {
-            out.extend([&mut m.ffn_gate, &mut m.ffn_up, &mut m.ffn_down]);
-        }
+        let mut out = self.mixer.linears_mut();
+        out.extend(self.ffn.linears_mut());
         out
     }
 
-    pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
-        let h = x.add(&self.attention.forward(&self.attn_norm.forward(x)?, cache)?)?;
+    /// The linear layer whose base weight is the GGUF tensor `name`.
+    pub fn linear_mut(&mut self, name: &str) -> Option<&mut Linear> {
+        self.linears_mut().into_iter().find(|l| l.name() == name)
+    }
+
+    /// Every array the block holds.
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = vec![&self.attn_norm.weight, &self.ffn_norm.weight];
+        out.extend(self.mixer.arrays());
+        out.extend(self.ffn.arrays());
+        out
+    }
+
+    /// Block `layer` on `x [batch, tokens, hidden]`.
+    pub fn forward(&self, x: &Array, layer: usize, ctx: &mut ForwardCtx<'_, '_>) -> Result<Array> {
+        let mixed = self
+            .mixer
+            .forward(&self.attn_norm.forward(x)?, layer, ctx)?;
+        let h = x.add(&mixed)?;
         Ok(h.add(&self.ffn.forward(&self.ffn_norm.forward(&h)?)?)?)
     }
 }
 
 /// Which positions' logits a forward pass computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Logits {
-    /// Every position (teacher forcing, parity checks).
+    /// Every position (teacher forcing, parity checks): `[batch, n, vocab]`.
     All,
-    /// The last position only (prefill and decoding).
+    /// The last position of each row (prefill and decoding): `[batch, 1, vocab]`.
     Last,
+    /// These positions of the flattened `[batch × n]` grid (training's targets):
+    /// `[positions, vocab]`.
+    Positions(Array),
+}
+
+/// What one pass computes, beyond the context.
+#[derive(Debug, Clone)]
+pub struct Pass {
+    /// Start from these hidden states entering block `.0` instead of the embedding.
+    pub from: Option<(usize, Array)>,
+    /// Stop before block `until` and return the hidden states entering it (no logits, and no
+    /// cache moves on: only for passes without a cache).
+    pub until: Option<usize>,
+    pub logits: Logits,
+}
+
+impl Pass {
+    /// Every block, then these logits.
+    pub fn logits(logits: Logits) -> Pass {
+        Pass {
+            from: None,
+            until: None,
+            logits,
+        }
+    }
+}
+
+/// Runs one block of a pass. The default runs it directly; training runs adapted blocks with
+/// their parameters passed in (and under checkpointing).
+pub trait BlockRunner {
+    fn run(
+        &mut self,
+        layer: usize,
+        block: &DecoderLayer,
+        x: Array,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> Result<Array>;
+}
+
+/// Runs every block as it is.
+pub struct Direct;
+
+impl BlockRunner for Direct {
+    fn run(
+        &mut self,
+        layer: usize,
+        block: &DecoderLayer,
+        x: Array,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> Result<Array> {
+        block.forward(&x, layer, ctx)
+    }
 }
 
 /// Embedding, blocks, final norm and output head.
@@ -91,20 +171,46 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// `tokens [batch, n]` continuing what `caches` (one per layer) hold; returns float32
-    /// logits `[batch, n or 1, vocab]`. An inference pass: on the CPU its few-row products
-    /// may run on the host kernel, so do not differentiate through it (training has its own
-    /// forward).
-    pub fn forward(&self, tokens: &Array, caches: &mut [KvCache], logits: Logits) -> Result<Array> {
-        let _host = gmlx_mlx::quant::host_products();
-        let mut x = self.token_embd.rows(tokens)?.as_dtype(self.dtype)?;
-        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-            x = layer.forward(&x, cache)?;
+    /// The forward pass: `ctx.tokens [batch, n]` through the blocks `pass` selects; float32
+    /// logits (or hidden states, with `pass.until`). A cached pass moves every row's cache on
+    /// by `n` positions.
+    pub fn run(
+        &self,
+        ctx: &mut ForwardCtx<'_, '_>,
+        pass: Pass,
+        runner: &mut dyn BlockRunner,
+    ) -> Result<Array> {
+        let (start, mut x) = match pass.from {
+            Some((start, hidden)) => (start, hidden),
+            None => (0, self.embed(ctx.tokens)?),
+        };
+        let end = pass
+            .until
+            .unwrap_or(self.layers.len())
+            .min(self.layers.len());
+        for (layer, block) in self.layers.iter().enumerate().take(end).skip(start) {
+            x = runner.run(layer, block, x, ctx)?;
         }
-        if logits == Logits::Last {
-            let n = x.shape()[1];
-            x = gmlx_mlx::slicing::slice(&x, &[0, n - 1, 0], &[x.shape()[0], n, x.shape()[2]])?;
+        if pass.until.is_some() {
+            return Ok(x);
         }
+        ctx.advance(ctx.tokens.shape()[1]);
+        self.head(x, &pass.logits)
+    }
+
+    /// Token ids `[batch, n]` to hidden states `[batch, n, hidden]`.
+    pub fn embed(&self, tokens: &Array) -> Result<Array> {
+        Ok(self.token_embd.rows(tokens)?.as_dtype(self.dtype)?)
+    }
+
+    /// Final norm and output head on the positions `logits` selects, in float32.
+    fn head(&self, x: Array, logits: &Logits) -> Result<Array> {
+        let s = x.shape().to_vec();
+        let x = match logits {
+            Logits::All => x,
+            Logits::Last => gmlx_mlx::slicing::slice(&x, &[0, s[1] - 1, 0], &[s[0], s[1], s[2]])?,
+            Logits::Positions(at) => x.reshape(&[-1, s[2]])?.take_axis(at, 0)?,
+        };
         let x = self.output_norm.forward(&x)?;
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
         Ok(head.matmul(&x)?.as_dtype(Dtype::Float32)?)
@@ -114,67 +220,12 @@ impl Decoder {
     pub fn arrays(&self) -> Vec<&Array> {
         let mut out = self.token_embd.arrays();
         for l in &self.layers {
-            out.push(&l.attn_norm.weight);
-            out.push(&l.ffn_norm.weight);
-            for norm in [&l.attention.attn_q_norm, &l.attention.attn_k_norm]
-                .into_iter()
-                .flatten()
-            {
-                out.push(&norm.weight);
-            }
-            for w in l.linears() {
-                out.extend(w.arrays());
-            }
-            if let Ffn::Moe(moe) = &l.ffn {
-                out.extend(moe.router.ffn_gate_inp.arrays());
-                out.extend(moe.router.selection_bias.as_ref());
-                out.extend(moe.experts.arrays());
-                if let Some(shared) = &moe.shared {
-                    for w in [&shared.ffn_gate, &shared.ffn_up, &shared.ffn_down] {
-                        out.extend(w.arrays());
-                    }
-                }
-            }
+            out.extend(l.arrays());
         }
         out.push(&self.output_norm.weight);
         if let Some(o) = &self.output {
             out.extend(o.arrays());
         }
         out
-    }
-}
-
-impl DecoderLayer {
-    /// One token for each of `B` sequences (`x [B, 1, hidden]`, row `b` continuing
-    /// `caches[b]`); see [`Attention::forward_rows`].
-    pub fn forward_rows(&self, x: &Array, caches: &mut [&mut KvCache]) -> Result<Array> {
-        let attn = self
-            .attention
-            .forward_rows(&self.attn_norm.forward(x)?, caches)?;
-        let h = x.add(&attn)?;
-        Ok(h.add(&self.ffn.forward(&self.ffn_norm.forward(&h)?)?)?)
-    }
-}
-
-impl Decoder {
-    /// Continuous-batching decode step: `tokens[b]` continues the sequence whose per-layer
-    /// caches are `caches[b]`. Every matmul runs once over the `B` rows; only attention is per
-    /// row. Returns float32 logits `[B, vocab]`, row `b` equal (to rounding) to decoding that
-    /// sequence alone.
-    pub fn forward_rows(&self, tokens: &[u32], caches: &mut [&mut [KvCache]]) -> Result<Array> {
-        let _host = gmlx_mlx::quant::host_products();
-        let batch = tokens.len() as i32;
-        let ids = Array::from_slice(tokens, &[batch, 1]);
-        let mut x = self.token_embd.rows(&ids)?.as_dtype(self.dtype)?;
-        for (l, layer) in self.layers.iter().enumerate() {
-            let mut layer_caches: Vec<&mut KvCache> =
-                caches.iter_mut().map(|c| &mut c[l]).collect();
-            x = layer.forward_rows(&x, &mut layer_caches)?;
-        }
-        let x = self.output_norm.forward(&x)?;
-        let head = self.output.as_ref().unwrap_or(&self.token_embd);
-        let logits = head.matmul(&x)?.as_dtype(Dtype::Float32)?;
-        let vocab = logits.shape()[2];
-        Ok(logits.reshape(&[batch, vocab])?)
     }
 }

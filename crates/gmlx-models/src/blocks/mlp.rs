@@ -20,3 +20,13 @@ impl SwiGlu {
         self.ffn_down.forward(&hidden)
     }
 }
+
+impl SwiGlu {
+    pub fn linears(&self) -> [&Linear; 3] {
+        [&self.ffn_gate, &self.ffn_up, &self.ffn_down]
+    }
+
+    pub fn linears_mut(&mut self) -> [&mut Linear; 3] {
+        [&mut self.ffn_gate, &mut self.ffn_up, &mut self.ffn_down]
+    }
+}

@@ -1,7 +1,10 @@
 //! The shared math architectures are assembled from.
 pub mod attention;
+pub mod context;
 pub mod decoder;
 pub mod linear;
+pub mod mask;
+pub mod mixer;
 pub mod mlp;
 pub mod moe;
 pub mod norm;

@@ -1,6 +1,9 @@
 //! Mixture of experts: a router picks `top_k` experts per token; the selected experts' gated
 //! MLPs run through MLX's gather matmul on the quantized stacks (only the selected experts
 //! are touched), and their outputs are summed with the router's weights.
+use std::fmt::Debug;
+use std::rc::Rc;
+
 use gmlx_mlx::{ops, Array, QuantWeight};
 
 use crate::blocks::linear::Linear;
@@ -78,12 +81,58 @@ pub enum ExpertActivation {
     SwiGluOai { alpha: f32, limit: f32 },
 }
 
-/// The experts of one layer: stacks `[experts, out, in]` with optional per-expert biases.
+/// One of the three matrices of every expert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertProj {
+    /// `ffn_gate_exps`: `[experts, ffn, hidden]`.
+    Gate,
+    /// `ffn_up_exps`: `[experts, ffn, hidden]`.
+    Up,
+    /// `ffn_down_exps`: `[experts, hidden, ffn]`.
+    Down,
+}
+
+/// Where a layer's expert weights live. The MoE block asks the store for the product of the
+/// selected experts only, so a store that reads experts on demand (gmlx-stream) shares the
+/// forward code with the resident one.
+pub trait ExpertStore: Debug {
+    /// `x [n, k or 1, 1, in]` times the `proj` matrix of expert `indices[i, j]` (`[n, k]`
+    /// u32): `[n, k, 1, out]`.
+    fn gather_matmul(&self, proj: ExpertProj, x: &Array, indices: &Array) -> Result<Array>;
+    /// The arrays held in memory.
+    fn arrays(&self) -> Vec<&Array>;
+}
+
+/// Every expert resident, as quantized stacks `[experts, out, in]`.
 #[derive(Debug, Clone)]
-pub struct Experts {
+pub struct ResidentExperts {
     pub ffn_gate_exps: QuantWeight,
     pub ffn_up_exps: QuantWeight,
     pub ffn_down_exps: QuantWeight,
+}
+
+impl ExpertStore for ResidentExperts {
+    fn gather_matmul(&self, proj: ExpertProj, x: &Array, indices: &Array) -> Result<Array> {
+        let stack = match proj {
+            ExpertProj::Gate => &self.ffn_gate_exps,
+            ExpertProj::Up => &self.ffn_up_exps,
+            ExpertProj::Down => &self.ffn_down_exps,
+        };
+        Ok(stack.gather_matmul(x, indices)?)
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        [&self.ffn_gate_exps, &self.ffn_up_exps, &self.ffn_down_exps]
+            .into_iter()
+            .flat_map(QuantWeight::arrays)
+            .collect()
+    }
+}
+
+/// The experts of one layer: their weights behind a store, optional per-expert biases.
+#[derive(Debug, Clone)]
+pub struct Experts {
+    pub store: Rc<dyn ExpertStore>,
     /// `[experts, ffn]`, `[experts, ffn]`, `[experts, hidden]`.
     pub ffn_gate_exps_b: Option<Array>,
     pub ffn_up_exps_b: Option<Array>,
@@ -103,9 +152,9 @@ impl Experts {
     /// `x [n, hidden]`, `indices [n, k]` to per-expert outputs `[n, k, hidden]`.
     pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
         let x = x.expand_dims_axes(&[-2, -3])?; // [n, 1, 1, hidden]
-        let gate = self.ffn_gate_exps.gather_matmul(&x, indices)?; // [n, k, 1, ffn]
+        let gate = self.store.gather_matmul(ExpertProj::Gate, &x, indices)?; // [n, k, 1, ffn]
         let gate = add_expert_bias(gate, &self.ffn_gate_exps_b, indices)?;
-        let up = self.ffn_up_exps.gather_matmul(&x, indices)?;
+        let up = self.store.gather_matmul(ExpertProj::Up, &x, indices)?;
         let up = add_expert_bias(up, &self.ffn_up_exps_b, indices)?;
         let hidden = match self.activation {
             ExpertActivation::SwiGlu => gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?,
@@ -119,16 +168,15 @@ impl Experts {
                 glu.multiply(up.add(Array::from_f32(1.0))?)?
             }
         };
-        let out = self.ffn_down_exps.gather_matmul(&hidden, indices)?; // [n, k, 1, hidden]
+        let out = self
+            .store
+            .gather_matmul(ExpertProj::Down, &hidden, indices)?; // [n, k, 1, hidden]
         let out = add_expert_bias(out, &self.ffn_down_exps_b, indices)?;
         Ok(out.squeeze_axes(&[-2])?)
     }
 
     pub fn arrays(&self) -> Vec<&Array> {
-        let mut out = Vec::new();
-        for w in [&self.ffn_gate_exps, &self.ffn_up_exps, &self.ffn_down_exps] {
-            out.extend(w.arrays());
-        }
+        let mut out = self.store.arrays();
         out.extend(
             [
                 &self.ffn_gate_exps_b,
@@ -164,5 +212,16 @@ impl MoeFfn {
             out = out.add(shared.forward(&flat)?)?;
         }
         Ok(out.reshape(&shape)?)
+    }
+
+    /// Every array it holds (router, experts, shared expert).
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.router.ffn_gate_inp.arrays();
+        out.extend(self.router.selection_bias.as_ref());
+        out.extend(self.experts.arrays());
+        if let Some(shared) = &self.shared {
+            out.extend(shared.linears().into_iter().flat_map(Linear::arrays));
+        }
+        out
     }
 }

@@ -31,7 +31,7 @@ pub fn rows(v: &Value) -> Vec<Vec<f32>> {
 
 /// float32 logits at every position of `tokens`, one row each, from a fresh cache.
 pub fn all_logits(loaded: &Loaded, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let mut caches = loaded.model.new_caches();
+    let mut caches = loaded.model.new_cache();
     let input = Array::from_slice(tokens, &[1, tokens.len() as i32]);
     let logits = loaded
         .model

@@ -31,6 +31,9 @@ pub struct CommonParams {
     pub logit_bias: Option<BTreeMap<String, f32>>,
     pub stop: Option<Stop>,
     pub n: Option<u32>,
+    /// llama-server's extension: keep generating past end-of-generation tokens.
+    #[serde(default)]
+    pub ignore_eos: bool,
     /// gmlx: a named profile of defaults from the config.
     pub profile: Option<String>,
 }

@@ -86,9 +86,7 @@ impl Engine {
         adapter: Option<&Path>,
         options: EngineOptions,
     ) -> Result<Engine> {
-        let adapter = adapter
-            .map(|file| read_adapter(id, path, file))
-            .transpose()?;
+        let adapter = adapter.map(Path::to_owned);
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let shared = Arc::new(Shared::default());
@@ -98,26 +96,13 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name(format!("gmlx-engine-{id}"))
             .spawn(move || {
-                let mut loaded =
-                    match gmlx_models::load(&path, &gmlx_models::LoadOptions::default()) {
-                        Ok(l) => l,
-                        Err(source) => {
-                            let _ = ready_tx.send(Err(Error::Load {
-                                id: thread_id,
-                                source,
-                            }));
-                            return;
-                        }
-                    };
-                if let Some(adapter) = &adapter {
-                    if let Err(e) = gmlx_models::adapter::apply(&mut loaded.model, adapter, 1.0) {
-                        let _ = ready_tx.send(Err(Error::Unsupported {
-                            id: thread_id,
-                            reason: format!("adapter: {e}"),
-                        }));
+                let loaded = match load_model(&thread_id, &path, adapter.as_deref()) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
                         return;
                     }
-                }
+                };
                 let config = loaded.config();
                 let _ = ready_tx.send(Ok((config.vocab as usize, config.context_length)));
                 scheduler::run(&loaded, rx, &thread_shared, options);
@@ -196,13 +181,36 @@ impl Engine {
     }
 }
 
-fn read_adapter(id: &str, base: &Path, file: &Path) -> Result<gmlx_models::adapter::Adapter> {
-    let refused = |e: &dyn std::fmt::Display| Error::Unsupported {
+/// Opens the model once: the adapter (a LoRA adapter in llama.cpp's format) is checked
+/// against its header before any weight loads, then the weights load and the adapter is
+/// applied live.
+fn load_model(id: &str, path: &Path, adapter: Option<&Path>) -> Result<gmlx_models::Loaded> {
+    let load_error = |source| Error::Load {
         id: id.to_owned(),
-        reason: format!("adapter {}: {e}", file.display()),
+        source,
     };
-    let header = gmlx_gguf::GgufFile::open(base).map_err(|e| refused(&e))?;
-    let adapter = gmlx_models::adapter::Adapter::read(file).map_err(|e| refused(&e))?;
-    adapter.check_base(&header).map_err(|e| refused(&e))?;
-    Ok(adapter)
+    let opened = gmlx_models::open(path).map_err(load_error)?;
+    let adapter = adapter
+        .map(|file| -> Result<gmlx_models::adapter::Adapter> {
+            let refused = |e: &dyn std::fmt::Display| Error::Unsupported {
+                id: id.to_owned(),
+                reason: format!("adapter {}: {e}", file.display()),
+            };
+            let adapter = gmlx_models::adapter::Adapter::read(file).map_err(|e| refused(&e))?;
+            adapter.check_base(opened.file()).map_err(|e| refused(&e))?;
+            Ok(adapter)
+        })
+        .transpose()?;
+    let mut loaded = opened
+        .load(&gmlx_models::LoadOptions::default())
+        .map_err(load_error)?;
+    if let Some(adapter) = &adapter {
+        gmlx_models::adapter::apply(&mut loaded.model, adapter, 1.0).map_err(|e| {
+            Error::Unsupported {
+                id: id.to_owned(),
+                reason: format!("adapter: {e}"),
+            }
+        })?;
+    }
+    Ok(loaded)
 }

@@ -1,4 +1,5 @@
 //! What the engine receives (a validated request) and what it streams back.
+pub use gmlx_models::TokenLogprob;
 use gmlx_models::{FinishReason, SamplingParams, TokenId};
 
 /// A request checked at the edge: prompt tokenized, sampling validated, limits applied.
@@ -12,15 +13,11 @@ pub struct ValidRequest {
     pub stop: Vec<String>,
     /// `Some(n)`: report each token's logprob and the `n` most likely alternatives.
     pub logprobs: Option<usize>,
-}
-
-/// A token's log-probability under the model (before penalties and bias).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenLogprob {
-    pub token: String,
-    pub bytes: Vec<u8>,
-    pub logprob: f32,
-    pub top: Vec<(String, Vec<u8>, f32)>,
+    /// Keep generating past end-of-generation tokens (llama-server's `ignore_eos`).
+    pub ignore_eos: bool,
+    /// The `request` span the handler opened: the scheduler's work for this request (its
+    /// prefill chunks, its end) is recorded inside it.
+    pub span: tracing::Span,
 }
 
 /// One generated token and the text it releases.

@@ -6,15 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
-use gmlx_mlx::{Array, Dtype};
-use gmlx_models::cache::KvCache;
-use gmlx_models::{FinishReason, Loaded, Sampler, TokenId, Tokenizer};
-use gmlx_tokenizer::StreamDecoder;
+use gmlx_models::generate::host_logits;
+use gmlx_models::{Loaded, Sequence, SequenceCache, SequenceOptions, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
-use gmlx_models::StopFilter;
-
-use super::request::{Done, Event, TokenLogprob, TokenOut, ValidRequest};
+use super::request::{Done, Event, TokenOut, ValidRequest};
 use super::{Command, EngineOptions, Shared};
 use crate::error::{Error, Result};
 
@@ -26,16 +22,12 @@ const PREFILL_CHUNK: usize = 128;
 struct Row<'t> {
     request: ValidRequest,
     sink: UnboundedSender<Event>,
-    caches: Vec<KvCache>,
-    sampler: Sampler,
-    decoder: StreamDecoder<'t>,
-    stop: StopFilter,
+    cache: SequenceCache,
+    sequence: Sequence<'t>,
     /// Prompt tokens already run through the model; the row decodes once all are.
     prefilled: usize,
     /// Logits for the next token (once prefilled).
     logits: Vec<f32>,
-    generated: usize,
-    budget: usize,
 }
 
 pub(crate) fn run(
@@ -154,10 +146,13 @@ impl Row<'_> {
 
 /// Runs the next chunk of `row`'s prompt; the last chunk leaves the logits of its first token.
 fn prefill_chunk(model: &gmlx_models::Model, row: &mut Row<'_>) -> Result<()> {
+    let _request = row.request.span.clone().entered();
     let prompt = &row.request.prompt;
     let end = (row.prefilled + PREFILL_CHUNK).min(prompt.len());
     let chunk = &prompt[row.prefilled..end];
-    let logits = gmlx_models::generate::prefill(model, &mut row.caches, chunk, chunk.len())?;
+    let _prefill =
+        tracing::debug_span!("prefill", from = row.prefilled, tokens = chunk.len()).entered();
+    let logits = gmlx_models::generate::prefill(model, &mut row.cache, chunk, chunk.len())?;
     row.prefilled = end;
     if row.is_prefilled() {
         row.logits = logits;
@@ -171,30 +166,29 @@ fn admit<'t>(
     request: ValidRequest,
     sink: UnboundedSender<Event>,
 ) -> Result<Row<'t>> {
-    let model = &loaded.model;
-    let context = model.config().context_length;
-    if request.prompt.len() >= context {
-        return Err(Error::ContextOverflow {
-            needed: request.prompt.len() + 1,
-            context,
-        });
-    }
-    if request.prompt.is_empty() {
-        return Err(gmlx_models::Error::EmptyPrompt.into());
-    }
-    let caches = model.new_caches();
-    let mut sampler = Sampler::new(request.sampling.clone());
-    sampler.observe(&request.prompt);
-    let budget = request.max_tokens.min(context - request.prompt.len());
+    let config = loaded.model.config();
+    let options = SequenceOptions {
+        max_tokens: request.max_tokens,
+        sampling: request.sampling.clone(),
+        stop: request.stop.clone(),
+        ignore_eos: request.ignore_eos,
+        logprobs: request.logprobs,
+    };
+    let sequence = Sequence::new(
+        &loaded.tokenizer,
+        &request.prompt,
+        options,
+        config.context_length,
+        config.vocab as usize,
+    )?;
+    request.span.in_scope(|| {
+        tracing::debug!(prompt_tokens = request.prompt.len(), "admitted");
+    });
     Ok(Row {
-        caches,
-        sampler,
-        decoder: loaded.tokenizer.stream_decoder(true),
-        stop: StopFilter::new(request.stop.clone()),
+        cache: loaded.model.new_cache(),
+        sequence,
         prefilled: 0,
         logits: Vec::new(),
-        generated: 0,
-        budget,
         request,
         sink,
     })
@@ -203,7 +197,6 @@ fn admit<'t>(
 /// Samples one token for every prefilled row, streams it, drops finished or abandoned rows,
 /// and runs the survivors' tokens through the model together.
 fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()> {
-    let tokenizer = &loaded.tokenizer;
     let mut next: Vec<TokenId> = Vec::with_capacity(rows.len());
     let mut keep = Vec::with_capacity(rows.len());
     for row in rows.iter_mut() {
@@ -211,21 +204,29 @@ fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()>
             keep.push(true);
             continue;
         }
-        let (token, finish, text, logprob) = sample_row(tokenizer, row)?;
+        let step = row.sequence.step(&mut row.logits)?;
+        let (token, finish) = (step.token, step.finish);
         shared.generated_tokens.fetch_add(1, Ordering::Relaxed);
         let sent = row.sink.send(Event::Token(TokenOut {
             token,
-            text,
-            logprob,
+            text: step.text,
+            logprob: step.logprob,
         }));
         let alive = match (sent, finish) {
             (Err(_), _) => false, // the client went away
             (Ok(()), Some(finish)) => {
                 shared.requests_done.fetch_add(1, Ordering::Relaxed);
+                row.request.span.in_scope(|| {
+                    tracing::debug!(
+                        finish = finish.as_str(),
+                        completion_tokens = row.sequence.generated(),
+                        "done"
+                    );
+                });
                 let _ = row.sink.send(Event::Done(Done {
                     finish,
                     prompt_tokens: row.request.prompt.len(),
-                    completion_tokens: row.generated,
+                    completion_tokens: row.sequence.generated(),
                 }));
                 false
             }
@@ -245,110 +246,11 @@ fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()>
     if decoding.is_empty() {
         return Ok(());
     }
-    let mut caches: Vec<&mut [KvCache]> = decoding.iter_mut().map(|r| &mut r.caches[..]).collect();
-    let logits = forward_rows(loaded, &next, &mut caches)?;
-    for (row, l) in decoding.iter_mut().zip(logits) {
+    let _step = tracing::debug_span!("decode_step", rows = decoding.len()).entered();
+    let mut caches: Vec<&mut SequenceCache> = decoding.iter_mut().map(|r| &mut r.cache).collect();
+    let logits = loaded.model.forward_rows(&next, &mut caches)?;
+    for (row, l) in decoding.iter_mut().zip(host_logits(&logits)?) {
         row.logits = l;
     }
     Ok(())
-}
-
-/// Picks a row's next token; returns it, the finish reason if it ends the row, the text it
-/// releases, and its logprobs when asked for.
-fn sample_row(
-    tokenizer: &Tokenizer,
-    row: &mut Row<'_>,
-) -> Result<(TokenId, Option<FinishReason>, String, Option<TokenLogprob>)> {
-    let raw = row.request.logprobs.map(|_| row.logits.clone());
-    let token = row.sampler.sample(&mut row.logits);
-    row.sampler.observe(&[token]);
-    let logprob = match (raw, row.request.logprobs) {
-        (Some(raw), Some(n)) => Some(logprobs(tokenizer, &raw, token, n)),
-        _ => None,
-    };
-    if tokenizer.is_eog(token) {
-        return Ok((token, Some(FinishReason::Eos), row.stop.flush(), logprob));
-    }
-    row.generated += 1;
-    let piece = row.decoder.push(token)?;
-    let (mut text, stopped) = row.stop.push(&piece);
-    let finish = if stopped {
-        Some(FinishReason::Stop)
-    } else if row.generated >= row.budget {
-        text.push_str(&row.stop.flush());
-        Some(FinishReason::Length)
-    } else {
-        None
-    };
-    Ok((token, finish, text, logprob))
-}
-
-/// The log-softmax of `logits` at `token`, and the `n` most likely tokens.
-fn logprobs(tokenizer: &Tokenizer, logits: &[f32], token: TokenId, n: usize) -> TokenLogprob {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits
-        .iter()
-        .map(|&l| f64::from(l - max).exp())
-        .sum::<f64>();
-    let norm = max + sum.ln() as f32;
-    let text = |id: TokenId| {
-        let bytes = tokenizer.decode_bytes(&[id], false).unwrap_or_default();
-        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
-    };
-    let mut top: Vec<(TokenId, f32)> = Vec::new();
-    if n > 0 {
-        let mut order: Vec<TokenId> = (0..logits.len() as TokenId).collect();
-        let n = n.min(order.len());
-        order.select_nth_unstable_by(n.saturating_sub(1), |&a, &b| {
-            logits[b as usize].total_cmp(&logits[a as usize])
-        });
-        order.truncate(n);
-        order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
-        top = order
-            .iter()
-            .map(|&i| (i, logits[i as usize] - norm))
-            .collect();
-    }
-    let (token_text, bytes) = text(token);
-    TokenLogprob {
-        token: token_text,
-        bytes,
-        logprob: logits
-            .get(token as usize)
-            .map_or(f32::NEG_INFINITY, |l| l - norm),
-        top: top
-            .into_iter()
-            .map(|(id, lp)| {
-                let (t, b) = text(id);
-                (t, b, lp)
-            })
-            .collect(),
-    }
-}
-
-/// Next-token logits for each row after feeding it `tokens[i]`: one batched forward pass.
-fn forward_rows(
-    loaded: &Loaded,
-    tokens: &[TokenId],
-    caches: &mut [&mut [KvCache]],
-) -> Result<Vec<Vec<f32>>> {
-    let logits = loaded.model.forward_rows(tokens, caches)?;
-    let flat = host(&logits)?;
-    let vocab = flat.len() / tokens.len().max(1);
-    Ok(flat.chunks(vocab).map(<[f32]>::to_vec).collect())
-}
-
-fn host(logits: &Array) -> Result<Vec<f32>> {
-    let flat = logits
-        .as_dtype(Dtype::Float32)
-        .and_then(|a| a.flatten(None, None))
-        .map_err(mlx_err)?;
-    flat.eval().map_err(mlx_err)?;
-    Ok(flat.as_slice::<f32>().to_vec())
-}
-
-fn mlx_err(e: impl std::fmt::Display) -> Error {
-    Error::Engine {
-        reason: e.to_string(),
-    }
 }

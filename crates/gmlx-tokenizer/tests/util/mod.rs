@@ -39,17 +39,12 @@ pub fn read_json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
 }
 
-/// The real model of TESTING.md: `$GMLX_SMOLLM2`, or
-/// `~/.cache/gmlx/models/SmolLM2-135M-Instruct.Q4_1.gguf`. Panics when missing.
+/// The real model of TESTING.md: `$GMLX_SMOLLM2`, or the default model, fetched once into
+/// the gmlx cache. Panics when it cannot be had.
 pub fn smollm2_path() -> PathBuf {
     let path = match std::env::var_os("GMLX_SMOLLM2") {
         Some(p) => PathBuf::from(p),
-        None => {
-            let home = std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_default();
-            home.join(".cache/gmlx/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        }
+        None => gmlx_cache::default_model::fetch().expect("the default model"),
     };
     assert!(
         path.is_file(),

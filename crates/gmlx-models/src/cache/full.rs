@@ -1,7 +1,8 @@
-//! The KV cache: per layer, key and value buffers that grow in chunks.
+//! The full KV cache of one attention layer: key and value buffers that grow in chunks.
 use gmlx_mlx::slicing::{slice, slice_update};
 use gmlx_mlx::{ops, Array};
 
+use super::{Attended, KeyMask};
 use crate::error::Result;
 
 /// Tokens of room added each time a cache grows.
@@ -10,15 +11,15 @@ pub const CHUNK_TOKENS: i32 = 256;
 /// Keys and values of one attention layer, `[batch, kv_heads, capacity, head_dim]`, of which
 /// the first `len` positions are filled.
 #[derive(Debug, Default)]
-pub struct KvCache {
+pub struct FullKv {
     keys: Option<Array>,
     values: Option<Array>,
     len: i32,
 }
 
-impl KvCache {
-    pub fn new() -> KvCache {
-        KvCache::default()
+impl FullKv {
+    pub fn new() -> FullKv {
+        FullKv::default()
     }
 
     /// Tokens held.
@@ -35,14 +36,32 @@ impl KvCache {
         self.keys.as_ref().map_or(0, |k| k.shape()[2])
     }
 
-    /// Forgets every token (the buffers are kept for reuse).
-    pub fn clear(&mut self) {
-        self.len = 0;
+    /// Bytes of the buffers (capacity, not just the filled part).
+    pub fn nbytes(&self) -> usize {
+        [&self.keys, &self.values]
+            .into_iter()
+            .flatten()
+            .map(Array::nbytes)
+            .sum()
+    }
+
+    /// Appends the tokens starting at `position` (which must be the number held) and returns
+    /// every key and value, causal for a chunk of several queries.
+    pub fn attend(&mut self, k: &Array, v: &Array, position: i32) -> Result<Attended> {
+        debug_assert_eq!(position, self.len, "a full cache is appended in order");
+        let queries = k.shape()[2];
+        let (keys, values) = self.append(k, v)?;
+        let mask = if queries > 1 {
+            KeyMask::Causal
+        } else {
+            KeyMask::All
+        };
+        Ok(Attended { keys, values, mask })
     }
 
     /// Appends `k`, `v` (`[batch, kv_heads, n, head_dim]`) and returns the filled part of the
     /// buffers, which now ends with them.
-    pub fn append(&mut self, k: &Array, v: &Array) -> Result<(Array, Array)> {
+    fn append(&mut self, k: &Array, v: &Array) -> Result<(Array, Array)> {
         let shape = k.shape().to_vec();
         let n = shape[2];
         let needed = self.len + n;

@@ -3,8 +3,9 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+use crate::error::{Error, Result};
+use crate::ServeConfig;
 use clap::Args;
-use gmlx_serve::ServeConfig;
 
 /// The flags of `gmlx-server` and `gmlx serve`.
 #[derive(Args)]
@@ -39,11 +40,17 @@ pub struct ServeArgs {
 }
 
 /// Flags → a validated config (file or single model, then overrides, then the auth check).
-pub fn config(args: ServeArgs) -> Result<ServeConfig, anyhow::Error> {
+pub fn config(args: ServeArgs) -> Result<ServeConfig> {
     let mut c = match (args.config, args.model) {
         (Some(file), _) => ServeConfig::from_file(&file)?,
         (None, Some(model)) => ServeConfig::single(model),
-        (None, None) => ServeConfig::single(gmlx_models::default_model::fetch()?),
+        (None, None) => {
+            let default = gmlx_models::default_model::fetch().map_err(|source| Error::Load {
+                id: "default".to_owned(),
+                source,
+            })?;
+            ServeConfig::single(default)
+        }
     };
     if let Some(h) = args.host {
         c.host = h;
@@ -56,7 +63,12 @@ pub fn config(args: ServeArgs) -> Result<ServeConfig, anyhow::Error> {
     }
     c.no_auth |= args.no_auth;
     if let Some(w) = args.batch_width {
-        anyhow::ensure!(w > 0, "--batch-width must be at least 1");
+        if w == 0 {
+            return Err(Error::BadFlag {
+                flag: "--batch-width",
+                reason: "must be at least 1".to_owned(),
+            });
+        }
         c.batch_width = w;
     }
     if let Some(q) = args.queue_cap {

@@ -1,0 +1,57 @@
+//! What a forward pass tells every block: the token ids, where each row of the batch stands,
+//! and (when the pass continues sequences) each row's caches.
+use gmlx_mlx::Array;
+
+use crate::cache::{LayerCache, SequenceCache};
+
+/// The context of one forward pass over `[batch, n]` tokens.
+pub struct ForwardCtx<'a, 's> {
+    /// `[batch, n]` u32 token ids (blocks that route by token read them).
+    pub tokens: &'a Array,
+    /// The position of each row's first token.
+    pub positions: Vec<i32>,
+    /// One sequence's caches per row, or `None` for a pass over whole sequences from
+    /// position 0 that keeps nothing (training, teacher forcing without a cache).
+    caches: Option<&'a mut [&'s mut SequenceCache]>,
+}
+
+impl<'a, 's> ForwardCtx<'a, 's> {
+    /// A pass that continues the sequences in `caches`, one per row of `tokens`.
+    pub fn cached(tokens: &'a Array, caches: &'a mut [&'s mut SequenceCache]) -> Self {
+        let positions = caches.iter().map(|c| c.position()).collect();
+        ForwardCtx {
+            tokens,
+            positions,
+            caches: Some(caches),
+        }
+    }
+
+    /// A pass over whole sequences from position 0, keeping nothing.
+    pub fn uncached(tokens: &'a Array) -> Self {
+        ForwardCtx {
+            tokens,
+            positions: vec![0; tokens.shape()[0] as usize],
+            caches: None,
+        }
+    }
+
+    pub fn is_cached(&self) -> bool {
+        self.caches.is_some()
+    }
+
+    /// Row `row`'s cache of `layer`, in a cached pass.
+    pub fn layer_cache(&mut self, row: usize, layer: usize) -> Option<&mut LayerCache> {
+        self.caches
+            .as_deref_mut()
+            .map(|rows| rows[row].layer_mut(layer))
+    }
+
+    /// After the last block: every row has moved on by `tokens` positions.
+    pub(crate) fn advance(&mut self, tokens: i32) {
+        if let Some(rows) = self.caches.as_deref_mut() {
+            for row in rows {
+                row.advance(tokens);
+            }
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The shared builder: a model's blocks assembled from its per-layer plan, each weight read by
+//! its GGUF tensor name and checked against the shape the plan implies.
+use std::rc::Rc;
+
+use gmlx_gguf::names::Tensor;
+use gmlx_gguf::GgufFile;
+use gmlx_mlx::Dtype;
+
+use crate::blocks::attention::Attention;
+use crate::blocks::decoder::{Decoder, DecoderLayer, Ffn};
+use crate::blocks::linear::Linear;
+use crate::blocks::mixer::Mixer;
+use crate::blocks::mlp::SwiGlu;
+use crate::blocks::moe::{Experts, MoeFfn, ResidentExperts, Router};
+use crate::blocks::rope::Rope;
+use crate::config::{AttentionSpec, FfnSpec, LayerSpec, MixerSpec, ModelConfig, MoeConfig};
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::weights::Weights;
+
+/// The model `config` describes, its weights read from `file`. A preflight first looks up
+/// every tensor the plan needs: anything missing or misshapen is one error naming all of it,
+/// before a byte is read.
+pub fn model(file: &GgufFile, config: &ModelConfig, dtype: Dtype) -> Result<Model> {
+    let preflight = Weights::preflight(file, dtype);
+    decoder(&preflight, config)?;
+    let problems = preflight.problems();
+    if !problems.is_empty() {
+        return Err(Error::Tensors { problems });
+    }
+    let decoder = decoder(&Weights::new(file, dtype), config)?;
+    Ok(Model::new(config.clone(), decoder))
+}
+
+fn decoder(w: &Weights<'_>, config: &ModelConfig) -> Result<Decoder> {
+    let c = config;
+    let layers = c
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(l, spec)| layer(w, c, l, spec))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Decoder {
+        token_embd: w.matrix(&Tensor::TokenEmbd.weight(0), c.vocab, c.hidden)?,
+        layers,
+        output_norm: w.rms_norm(&Tensor::OutputNorm.weight(0), c.hidden, c.rms_eps)?,
+        output: w.optional_matrix(&Tensor::Output.weight(0), c.vocab, c.hidden)?,
+        dtype: w.dtype(),
+    })
+}
+
+fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result<DecoderLayer> {
+    let mixer = match &spec.mixer {
+        MixerSpec::Attention(a) => Mixer::Attention(attention(w, c, l, a)?),
+    };
+    let ffn = match &spec.ffn {
+        FfnSpec::Dense { hidden } => Ffn::Dense(dense(w, c, l, *hidden)?),
+        FfnSpec::Moe(m) => Ffn::Moe(Box::new(moe(w, c, l, m)?)),
+    };
+    Ok(DecoderLayer {
+        attn_norm: w.rms_norm(&Tensor::AttnNorm.weight(l), c.hidden, c.rms_eps)?,
+        mixer,
+        ffn_norm: w.rms_norm(&spec.ffn_norm.weight(l), c.hidden, c.rms_eps)?,
+        ffn,
+    })
+}
+
+/// The `[rows, cols]` projection `t` of layer `l`, with its `.bias` when `bias`.
+fn linear(
+    w: &Weights<'_>,
+    t: Tensor,
+    l: usize,
+    rows: i32,
+    cols: i32,
+    bias: bool,
+) -> Result<Linear> {
+    Ok(Linear {
+        weight: w.matrix(&t.weight(l), rows, cols)?,
+        bias: bias
+            .then(|| w.array(&t.bias(l), &[rows as u64]))
+            .transpose()?,
+        lora: None,
+    })
+}
+
+fn attention(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &AttentionSpec) -> Result<Attention> {
+    let (q_out, kv_out, h) = (a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, c.hidden);
+    let head_norm = |t: Tensor| {
+        a.qk_norm
+            .then(|| w.rms_norm(&t.weight(l), a.head_dim, c.rms_eps))
+            .transpose()
+    };
+    let sinks = a
+        .sinks
+        .then(|| -> Result<_> {
+            Ok(w.array(&Tensor::AttnSinks.weight(l), &[a.n_heads as u64])?
+                .as_dtype(Dtype::Float32)?)
+        })
+        .transpose()?;
+    Ok(Attention {
+        attn_q: linear(w, Tensor::AttnQ, l, q_out, h, a.bias)?,
+        attn_k: linear(w, Tensor::AttnK, l, kv_out, h, a.bias)?,
+        attn_v: linear(w, Tensor::AttnV, l, kv_out, h, a.bias)?,
+        attn_output: linear(w, Tensor::AttnOutput, l, h, q_out, a.bias)?,
+        attn_q_norm: head_norm(Tensor::AttnQNorm)?,
+        attn_k_norm: head_norm(Tensor::AttnKNorm)?,
+        n_heads: a.n_heads,
+        n_kv_heads: a.n_kv_heads,
+        head_dim: a.head_dim,
+        rope: Rope::new(&a.rope),
+        sinks,
+        window: a.window,
+    })
+}
+
+/// The SwiGLU MLP of layer `l`.
+fn dense(w: &Weights<'_>, c: &ModelConfig, l: usize, hidden: i32) -> Result<SwiGlu> {
+    if hidden <= 0 {
+        return Err(Error::BadConfig {
+            key: format!("{}.feed_forward_length", c.arch),
+            reason: "missing for a dense feed-forward".into(),
+        });
+    }
+    let h = c.hidden;
+    Ok(SwiGlu {
+        ffn_gate: linear(w, Tensor::FfnGate, l, hidden, h, false)?,
+        ffn_up: linear(w, Tensor::FfnUp, l, hidden, h, false)?,
+        ffn_down: linear(w, Tensor::FfnDown, l, h, hidden, false)?,
+    })
+}
+
+fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeFfn> {
+    let (e, ff, h) = (m.experts, m.expert_ffn, c.hidden);
+    let bias = |t: Tensor, rows: i32| {
+        m.biases
+            .then(|| w.array(&t.bias(l), &[rows as u64, e as u64]))
+            .transpose()
+    };
+    Ok(MoeFfn {
+        router: Router {
+            ffn_gate_inp: linear(w, Tensor::FfnGateInp, l, e, h, m.biases)?,
+            gating: m.gating,
+            selection_bias: None,
+            top_k: m.experts_used,
+            normalize: m.normalize,
+            scale: m.weights_scale,
+        },
+        experts: Experts {
+            store: Rc::new(ResidentExperts {
+                ffn_gate_exps: w.experts(&Tensor::FfnGateExps.weight(l), e, ff, h)?,
+                ffn_up_exps: w.experts(&Tensor::FfnUpExps.weight(l), e, ff, h)?,
+                ffn_down_exps: w.experts(&Tensor::FfnDownExps.weight(l), e, h, ff)?,
+            }),
+            ffn_gate_exps_b: bias(Tensor::FfnGateExps, ff)?,
+            ffn_up_exps_b: bias(Tensor::FfnUpExps, ff)?,
+            ffn_down_exps_b: bias(Tensor::FfnDownExps, h)?,
+            activation: m.activation,
+        },
+        shared: None,
+    })
+}

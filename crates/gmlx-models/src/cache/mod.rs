@@ -1,0 +1,114 @@
+//! Per-sequence state between forward passes: one cache per layer, chosen by the layer's kind
+//! in the model's plan, and the sequence's position (how many tokens it has seen).
+mod full;
+mod rotating;
+
+pub use full::FullKv;
+pub use rotating::RotatingKv;
+
+use gmlx_mlx::Array;
+
+use crate::error::Result;
+
+/// Which cache a layer needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKind {
+    /// Every key and value of the sequence.
+    FullKv,
+    /// The last `window` keys and values (sliding-window attention): memory bounded by the
+    /// window whatever the sequence's length.
+    RotatingKv { window: i32 },
+}
+
+/// The keys and values attention reads after an append, and which of them each new query
+/// may see.
+#[derive(Debug)]
+pub struct Attended {
+    pub keys: Array,
+    pub values: Array,
+    pub mask: KeyMask,
+}
+
+/// Visibility of the attended keys for the new queries.
+#[derive(Debug)]
+pub enum KeyMask {
+    /// Every key is visible to every query (one query token).
+    All,
+    /// Causal, aligned to the last key (a chunk after everything cached).
+    Causal,
+    /// `[queries, keys]` booleans, built on the device.
+    Array(Array),
+}
+
+/// One layer's cache for one sequence.
+#[derive(Debug)]
+pub enum LayerCache {
+    FullKv(FullKv),
+    RotatingKv(RotatingKv),
+}
+
+impl LayerCache {
+    pub fn new(kind: CacheKind) -> LayerCache {
+        match kind {
+            CacheKind::FullKv => LayerCache::FullKv(FullKv::new()),
+            CacheKind::RotatingKv { window } => LayerCache::RotatingKv(RotatingKv::new(window)),
+        }
+    }
+
+    /// Appends the keys and values of `k.shape()[2]` tokens whose first sits at `position`;
+    /// returns what attention reads.
+    pub fn attend(&mut self, k: &Array, v: &Array, position: i32) -> Result<Attended> {
+        match self {
+            LayerCache::FullKv(c) => c.attend(k, v, position),
+            LayerCache::RotatingKv(c) => c.attend(k, v, position),
+        }
+    }
+
+    /// Bytes of device memory the cache holds.
+    pub fn nbytes(&self) -> usize {
+        match self {
+            LayerCache::FullKv(c) => c.nbytes(),
+            LayerCache::RotatingKv(c) => c.nbytes(),
+        }
+    }
+}
+
+/// One sequence's caches, a layer each, and its position.
+#[derive(Debug)]
+pub struct SequenceCache {
+    layers: Vec<LayerCache>,
+    position: i32,
+}
+
+impl SequenceCache {
+    /// Empty caches of the given kinds (one per layer).
+    pub fn new(kinds: impl IntoIterator<Item = CacheKind>) -> SequenceCache {
+        SequenceCache {
+            layers: kinds.into_iter().map(LayerCache::new).collect(),
+            position: 0,
+        }
+    }
+
+    /// Tokens the sequence has seen: the position of the next one.
+    pub fn position(&self) -> i32 {
+        self.position
+    }
+
+    pub fn layer_mut(&mut self, layer: usize) -> &mut LayerCache {
+        &mut self.layers[layer]
+    }
+
+    pub fn layers(&self) -> &[LayerCache] {
+        &self.layers
+    }
+
+    /// Records that `tokens` more tokens went through every layer.
+    pub(crate) fn advance(&mut self, tokens: i32) {
+        self.position += tokens;
+    }
+
+    /// Bytes of device memory all layers hold.
+    pub fn nbytes(&self) -> usize {
+        self.layers.iter().map(LayerCache::nbytes).sum()
+    }
+}

@@ -1,0 +1,212 @@
+//! One decode step of one sequence, the same for `Generation`, the server's scheduler and the
+//! benchmark: sample from the logits, stream the text (never splitting a character, holding
+//! back what may start a stop string), and decide whether the sequence ends.
+use gmlx_tokenizer::{StreamDecoder, TokenId, Tokenizer};
+
+use crate::error::{Error, Result};
+use crate::sample::{Sampler, SamplingParams};
+use crate::stop::StopFilter;
+
+/// What to generate and when to stop.
+#[derive(Debug, Clone)]
+pub struct SequenceOptions {
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Text that ends generation; it is not part of the output.
+    pub stop: Vec<String>,
+    /// Keep going past end-of-generation tokens (benchmarks).
+    pub ignore_eos: bool,
+    /// `Some(n)`: report each token's log-probability and the `n` most likely tokens.
+    pub logprobs: Option<usize>,
+}
+
+impl Default for SequenceOptions {
+    fn default() -> Self {
+        SequenceOptions {
+            max_tokens: 256,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            ignore_eos: false,
+            logprobs: None,
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token.
+    Eos,
+    /// A stop string.
+    Stop,
+    /// `max_tokens`, or the model's context.
+    Length,
+}
+
+impl FinishReason {
+    /// `eos`, `stop` or `length`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Eos => "eos",
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+impl std::fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A token's log-probability under the model (before penalties and bias), and the most likely
+/// alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+    /// `(text, bytes, logprob)`, most likely first.
+    pub top: Vec<(String, Vec<u8>, f32)>,
+}
+
+/// The outcome of one step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub token: TokenId,
+    /// Text the token releases (empty while a character is incomplete or while text might
+    /// start a stop string).
+    pub text: String,
+    /// Set when this token ends the sequence.
+    pub finish: Option<FinishReason>,
+    pub logprob: Option<TokenLogprob>,
+}
+
+/// The decoding state of one sequence.
+pub struct Sequence<'t> {
+    tokenizer: &'t Tokenizer,
+    sampler: Sampler,
+    decoder: StreamDecoder<'t>,
+    stop: StopFilter,
+    ignore_eos: bool,
+    logprobs: Option<usize>,
+    budget: usize,
+    generated: usize,
+    finish: Option<FinishReason>,
+}
+
+impl<'t> Sequence<'t> {
+    /// Checks the prompt against the model's `context` and the options against its `vocab`;
+    /// the budget is `max_tokens`, or what is left of the context.
+    pub fn new(
+        tokenizer: &'t Tokenizer,
+        prompt: &[TokenId],
+        options: SequenceOptions,
+        context: usize,
+        vocab: usize,
+    ) -> Result<Sequence<'t>> {
+        if prompt.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        if prompt.len() >= context {
+            return Err(Error::ContextOverflow {
+                needed: prompt.len() + 1,
+                context,
+            });
+        }
+        options.sampling.validate(vocab)?;
+        let mut sampler = Sampler::new(options.sampling);
+        sampler.observe(prompt);
+        Ok(Sequence {
+            tokenizer,
+            sampler,
+            decoder: tokenizer.stream_decoder(true),
+            stop: StopFilter::new(options.stop),
+            ignore_eos: options.ignore_eos,
+            logprobs: options.logprobs,
+            budget: options.max_tokens.min(context - prompt.len()),
+            generated: 0,
+            finish: None,
+        })
+    }
+
+    /// Tokens generated so far (an end-of-generation token does not count).
+    pub fn generated(&self) -> usize {
+        self.generated
+    }
+
+    pub fn finish(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    /// Picks the next token from one row of float32 logits (modified in place by penalties)
+    /// and advances the sequence.
+    pub fn step(&mut self, logits: &mut [f32]) -> Result<Step> {
+        let logprob_of = self.logprobs.map(|n| (n, logits.to_vec()));
+        let token = self.sampler.sample(logits);
+        self.sampler.observe(&[token]);
+        let logprob = logprob_of.map(|(n, raw)| logprobs(self.tokenizer, &raw, token, n));
+        if !self.ignore_eos && self.tokenizer.is_eog(token) {
+            self.finish = Some(FinishReason::Eos);
+            return Ok(Step {
+                token,
+                text: self.stop.flush(),
+                finish: self.finish,
+                logprob,
+            });
+        }
+        self.generated += 1;
+        let piece = self.decoder.push(token)?;
+        let (mut text, stopped) = self.stop.push(&piece);
+        if stopped {
+            self.finish = Some(FinishReason::Stop);
+        } else if self.generated >= self.budget {
+            text.push_str(&self.stop.flush());
+            self.finish = Some(FinishReason::Length);
+        }
+        Ok(Step {
+            token,
+            text,
+            finish: self.finish,
+            logprob,
+        })
+    }
+}
+
+/// The log-softmax of `logits` at `token`, and the `n` most likely tokens.
+fn logprobs(tokenizer: &Tokenizer, logits: &[f32], token: TokenId, n: usize) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let norm = max + sum.ln() as f32;
+    let text = |id: TokenId| {
+        let bytes = tokenizer.decode_bytes(&[id], false).unwrap_or_default();
+        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    };
+    let mut top = Vec::new();
+    if n > 0 {
+        let mut order: Vec<TokenId> = (0..logits.len() as TokenId).collect();
+        let n = n.min(order.len());
+        order.select_nth_unstable_by(n.saturating_sub(1), |&a, &b| {
+            logits[b as usize].total_cmp(&logits[a as usize])
+        });
+        order.truncate(n);
+        order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+        top = order
+            .iter()
+            .map(|&id| {
+                let (t, b) = text(id);
+                (t, b, logits[id as usize] - norm)
+            })
+            .collect();
+    }
+    let (token_text, bytes) = text(token);
+    TokenLogprob {
+        token: token_text,
+        bytes,
+        logprob: logits
+            .get(token as usize)
+            .map_or(f32::NEG_INFINITY, |l| l - norm),
+        top,
+    }
+}

@@ -1,0 +1,58 @@
+//! `GET /v1/models`, `/health`, `/v1/metrics`.
+use std::collections::BTreeMap;
+
+use hyper::Response;
+
+use super::sse::{self, Body};
+use super::types::*;
+use crate::state::State;
+
+pub fn models(state: &State) -> Response<Body> {
+    let config = state.config();
+    let mut data = Vec::new();
+    for m in &config.models {
+        if !state.models.contains_key(&m.id) {
+            continue;
+        }
+        for name in std::iter::once(&m.id).chain(&m.aliases) {
+            data.push(ModelCard {
+                id: name.clone(),
+                object: "model",
+                created: 0,
+                owned_by: "gmlx",
+            });
+        }
+    }
+    sse::json(
+        200,
+        &ModelList {
+            object: "list",
+            data,
+        },
+    )
+}
+
+pub fn health() -> Response<Body> {
+    sse::json(200, &serde_json::json!({"status": "ok"}))
+}
+
+pub fn metrics(state: &State) -> Response<Body> {
+    let models: BTreeMap<&String, _> = state
+        .models
+        .iter()
+        .map(|(id, m)| (id, m.engine.stats()))
+        .collect();
+    let queue_depth: usize = models.values().map(|s| s.queue_depth).sum();
+    let active_rows: usize = models.values().map(|s| s.active_rows).sum();
+    let tokens_per_s: f64 = models.values().map(|s| s.decode_tokens_per_s).sum();
+    sse::json(
+        200,
+        &serde_json::json!({
+            "queue_depth": queue_depth,
+            "active_rows": active_rows,
+            "decode_tokens_per_s": tokens_per_s,
+            "rss_bytes": crate::metrics::rss_bytes(),
+            "models": models,
+        }),
+    )
+}
