@@ -251,6 +251,15 @@ impl GgufFile {
     }
 
     /// Total bytes of tensor data.
+    /// Bytes of the tensors stored with codec `ty`.
+    pub fn codec_bytes(&self, ty: GgmlType) -> u64 {
+        self.tensors
+            .iter()
+            .filter(|t| t.ggml_type == ty)
+            .map(|t| t.n_bytes)
+            .sum()
+    }
+
     pub fn total_tensor_bytes(&self) -> u64 {
         self.tensors.iter().map(|t| t.n_bytes).sum()
     }

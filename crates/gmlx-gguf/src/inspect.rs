@@ -135,12 +135,7 @@ impl fmt::Display for Report<'_> {
 
         writeln!(f, "\ntensors per codec:")?;
         for (ty, n) in file.type_counts() {
-            let bytes: u64 = file
-                .tensors()
-                .iter()
-                .filter(|t| t.ggml_type == ty)
-                .map(|t| t.n_bytes)
-                .sum();
+            let bytes = file.codec_bytes(ty);
             let note = if ty.can_dequantize() {
                 ""
             } else {
@@ -226,12 +221,7 @@ pub fn json(file: &GgufFile, opts: &Options) -> serde_json::Value {
         .type_counts()
         .into_iter()
         .map(|(ty, n)| {
-            let bytes: u64 = file
-                .tensors()
-                .iter()
-                .filter(|t| t.ggml_type == ty)
-                .map(|t| t.n_bytes)
-                .sum();
+            let bytes = file.codec_bytes(ty);
             let facts = json!({ "tensors": n, "bytes": bytes, "supported": ty.can_dequantize() });
             (ty.name().to_owned(), facts)
         })

@@ -101,12 +101,7 @@ impl Opened {
             .map(|(codec, tensors)| CodecPlan {
                 codec,
                 tensors,
-                file_bytes: file
-                    .tensors()
-                    .iter()
-                    .filter(|t| t.ggml_type == codec)
-                    .map(|t| t.n_bytes)
-                    .sum(),
+                file_bytes: file.codec_bytes(codec),
                 stored_as: if gmlx_gguf::repack::affine_layout(codec).is_ok() {
                     "affine (quantized)"
                 } else {

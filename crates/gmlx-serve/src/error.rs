@@ -37,6 +37,13 @@ pub enum Error {
     },
     #[error("model `{id}`: {reason}")]
     Unsupported { id: String, reason: String },
+    /// A model's adapter is refused: unreadable, for another base, or not applicable.
+    #[error("model `{id}`: adapter {}: {source}", file.display())]
+    Adapter {
+        id: String,
+        file: PathBuf,
+        source: Box<gmlx_models::adapter::AdapterError>,
+    },
     // --- request errors ---
     #[error("request body is over the limit of {limit_bytes} bytes")]
     BodyTooLarge { limit_bytes: usize },

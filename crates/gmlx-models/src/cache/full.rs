@@ -38,11 +38,7 @@ impl FullKv {
 
     /// Bytes of the buffers (capacity, not just the filled part).
     pub fn nbytes(&self) -> usize {
-        [&self.keys, &self.values]
-            .into_iter()
-            .flatten()
-            .map(Array::nbytes)
-            .sum()
+        super::buffer_bytes(&self.keys, &self.values)
     }
 
     /// Appends the tokens starting at `position` (which must be the number held) and returns

@@ -40,6 +40,15 @@ pub enum KeyMask {
     Array(Array),
 }
 
+/// Bytes of a key and a value buffer, either of which may not exist yet.
+fn buffer_bytes(keys: &Option<Array>, values: &Option<Array>) -> usize {
+    [keys, values]
+        .into_iter()
+        .flatten()
+        .map(Array::nbytes)
+        .sum()
+}
+
 /// One layer's cache for one sequence.
 #[derive(Debug)]
 pub enum LayerCache {

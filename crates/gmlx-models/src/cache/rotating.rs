@@ -33,11 +33,7 @@ impl RotatingKv {
 
     /// Bytes of the ring buffers.
     pub fn nbytes(&self) -> usize {
-        [&self.keys, &self.values]
-            .into_iter()
-            .flatten()
-            .map(Array::nbytes)
-            .sum()
+        super::buffer_bytes(&self.keys, &self.values)
     }
 
     /// Appends the `n` tokens starting at `position`. One token attends to the whole ring

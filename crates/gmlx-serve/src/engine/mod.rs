@@ -190,27 +190,27 @@ fn load_model(id: &str, path: &Path, adapter: Option<&Path>) -> Result<gmlx_mode
         source,
     };
     let opened = gmlx_models::open(path).map_err(load_error)?;
+    let refused = |file: &Path, source| Error::Adapter {
+        id: id.to_owned(),
+        file: file.to_owned(),
+        source: Box::new(source),
+    };
     let adapter = adapter
-        .map(|file| -> Result<gmlx_models::adapter::Adapter> {
-            let refused = |e: &dyn std::fmt::Display| Error::Unsupported {
-                id: id.to_owned(),
-                reason: format!("adapter {}: {e}", file.display()),
-            };
-            let adapter = gmlx_models::adapter::Adapter::read(file).map_err(|e| refused(&e))?;
-            adapter.check_base(opened.file()).map_err(|e| refused(&e))?;
-            Ok(adapter)
+        .map(|file| -> Result<_> {
+            let adapter =
+                gmlx_models::adapter::Adapter::read(file).map_err(|e| refused(file, e))?;
+            adapter
+                .check_base(opened.file())
+                .map_err(|e| refused(file, e))?;
+            Ok((file, adapter))
         })
         .transpose()?;
     let mut loaded = opened
         .load(&gmlx_models::LoadOptions::default())
         .map_err(load_error)?;
-    if let Some(adapter) = &adapter {
-        gmlx_models::adapter::apply(&mut loaded.model, adapter, 1.0).map_err(|e| {
-            Error::Unsupported {
-                id: id.to_owned(),
-                reason: format!("adapter: {e}"),
-            }
-        })?;
+    if let Some((file, adapter)) = &adapter {
+        gmlx_models::adapter::apply(&mut loaded.model, adapter, 1.0)
+            .map_err(|e| refused(file, e))?;
     }
     Ok(loaded)
 }
