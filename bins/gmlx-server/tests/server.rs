@@ -359,3 +359,27 @@ fn an_adapter_for_another_base_is_refused_at_start() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("adapter") && err.contains("`m`"), "{err}");
 }
+
+#[test]
+fn ignore_eos_keeps_generating_to_the_budget() {
+    let server = Server::start(&[]);
+    let a = &server.addr;
+    // the model answers this in a few tokens and ends its turn
+    let r = post(
+        a,
+        "/v1/chat/completions",
+        &chat("What is the capital of France?", 24),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let ends = &r.json();
+    assert_eq!(ends["choices"][0]["finish_reason"], "stop", "{}", r.body);
+    let short = ends["usage"]["completion_tokens"].as_u64().expect("usage");
+    assert!(short < 24, "{}", r.body);
+    let mut body = chat("What is the capital of France?", 24);
+    body["ignore_eos"] = json!(true);
+    let r = post(a, "/v1/chat/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let j = r.json();
+    assert_eq!(j["choices"][0]["finish_reason"], "length", "{}", r.body);
+    assert_eq!(j["usage"]["completion_tokens"], 24, "{}", r.body);
+}
