@@ -69,3 +69,41 @@ fn a_preflight_names_every_missing_and_misshapen_tensor_before_reading() {
         assert!(text.contains(name), "{name} not named: {text}");
     }
 }
+
+#[test]
+fn the_weight_walk_sees_every_tensor_and_the_adapter_targets_by_name() {
+    let path = default_model::fetch().expect("the default model");
+    let file = gmlx_gguf::GgufFile::open(&path).expect("open");
+    let loaded = load(&path, &LoadOptions::default()).expect("load");
+    // every tensor is resident: float32 scales make the memory larger than the file
+    assert!(
+        loaded.weight_bytes as u64 >= file.total_tensor_bytes(),
+        "{} bytes resident, the file holds {}",
+        loaded.weight_bytes,
+        file.total_tensor_bytes()
+    );
+    let roles = [
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+    ];
+    for (l, layer) in loaded.model.layers().iter().enumerate() {
+        let names: Vec<&str> = layer.linears().iter().map(|x| x.name()).collect();
+        let want: Vec<String> = roles
+            .iter()
+            .map(|r| format!("blk.{l}.{r}.weight"))
+            .collect();
+        assert_eq!(names, want);
+    }
+    let mut model = loaded.model;
+    let target = "blk.7.ffn_up.weight";
+    let found = model.layers_mut()[7].linear_mut(target).expect("by name");
+    assert_eq!(found.name(), target);
+    assert!(model.layers_mut()[7]
+        .linear_mut("blk.7.ffn_norm.weight")
+        .is_none());
+}

@@ -8,6 +8,7 @@ use crate::blocks::linear::Linear;
 use crate::blocks::mask;
 use crate::blocks::norm::RmsNorm;
 use crate::blocks::rope::Rope;
+use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
 use crate::cache::{Attended, KeyMask, LayerCache};
 use crate::error::{Error, Result};
 
@@ -122,32 +123,24 @@ impl Attention {
         )?)
     }
 
-    /// The projections adapters can target, in GGUF tensor order.
-    pub fn linears(&self) -> [&Linear; 4] {
-        [&self.attn_q, &self.attn_k, &self.attn_v, &self.attn_output]
-    }
-
-    pub fn linears_mut(&mut self) -> [&mut Linear; 4] {
-        [
-            &mut self.attn_q,
-            &mut self.attn_k,
-            &mut self.attn_v,
-            &mut self.attn_output,
-        ]
-    }
-
-    /// Every array the block holds (weights, norms, sinks).
-    pub fn arrays(&self) -> Vec<&Array> {
-        let mut out: Vec<&Array> = self
-            .linears()
-            .into_iter()
-            .flat_map(Linear::arrays)
-            .collect();
-        for norm in [&self.attn_q_norm, &self.attn_k_norm].into_iter().flatten() {
-            out.push(&norm.weight);
+    /// Its weights: the projections (adaptable), then the norms and sinks.
+    pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
+        for l in [&self.attn_q, &self.attn_k, &self.attn_v, &self.attn_output] {
+            v.linear(l);
         }
-        out.extend(self.sinks.as_ref());
-        out
+        for norm in [&self.attn_q_norm, &self.attn_k_norm].into_iter().flatten() {
+            v.array(&norm.weight);
+        }
+        if let Some(sinks) = &self.sinks {
+            v.array(sinks);
+        }
+    }
+
+    pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
+        v.linear(&mut self.attn_q);
+        v.linear(&mut self.attn_k);
+        v.linear(&mut self.attn_v);
+        v.linear(&mut self.attn_output);
     }
 }
 

@@ -9,6 +9,7 @@ use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::SwiGlu;
 use crate::blocks::moe::MoeFfn;
 use crate::blocks::norm::RmsNorm;
+use crate::blocks::visit::{Arrays, LinearVisitorMut, Linears, LinearsMut, WeightVisitor};
 use crate::error::Result;
 
 /// The feed-forward half of a block.
@@ -28,25 +29,18 @@ impl Ffn {
         }
     }
 
-    /// Linear layers adapters can target: a dense MLP's projections (experts are not).
-    pub fn linears(&self) -> Vec<&Linear> {
+    /// Its weights: a dense MLP's projections are adapter targets, an MoE's are not.
+    pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
         match self {
-            Ffn::Dense(m) => m.linears().into(),
-            Ffn::Moe(_) => Vec::new(),
+            Ffn::Dense(m) => m.visit(v),
+            Ffn::Moe(moe) => moe.visit(v),
         }
     }
 
-    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+    pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
         match self {
-            Ffn::Dense(m) => m.linears_mut().into(),
-            Ffn::Moe(_) => Vec::new(),
-        }
-    }
-
-    pub fn arrays(&self) -> Vec<&Array> {
-        match self {
-            Ffn::Dense(m) => m.linears().into_iter().flat_map(Linear::arrays).collect(),
-            Ffn::Moe(moe) => moe.arrays(),
+            Ffn::Dense(m) => m.visit_mut(v),
+            Ffn::Moe(_) => {}
         }
     }
 }
@@ -61,31 +55,36 @@ pub struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    /// The layer's linear layers that adapters can target, in GGUF tensor order.
-    pub fn linears(&self) -> Vec<&Linear> {
-        let mut out = self.mixer.linears();
-        out.extend(self.ffn.linears());
-        out
+    /// Its weights, in GGUF tensor order: the norms, the mixer, the feed-forward.
+    pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
+        v.array(&self.attn_norm.weight);
+        self.mixer.visit(v);
+        v.array(&self.ffn_norm.weight);
+        self.ffn.visit(v);
     }
 
-    /// Mutable access to the same layers (installing adapters).
+    /// The linear layers adapters can target, mutably (installing adapters).
+    pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
+        self.mixer.visit_mut(v);
+        self.ffn.visit_mut(v);
+    }
+
+    /// The linear layers adapters can target, in GGUF tensor order.
+    pub fn linears(&self) -> Vec<&Linear> {
+        let mut out = Linears::default();
+        self.visit(&mut out);
+        out.0
+    }
+
     pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
-        let mut out = self.mixer.linears_mut();
-        out.extend(self.ffn.linears_mut());
-        out
+        let mut out = LinearsMut::default();
+        self.visit_mut(&mut out);
+        out.0
     }
 
     /// The linear layer whose base weight is the GGUF tensor `name`.
     pub fn linear_mut(&mut self, name: &str) -> Option<&mut Linear> {
         self.linears_mut().into_iter().find(|l| l.name() == name)
-    }
-
-    /// Every array the block holds.
-    pub fn arrays(&self) -> Vec<&Array> {
-        let mut out = vec![&self.attn_norm.weight, &self.ffn_norm.weight];
-        out.extend(self.mixer.arrays());
-        out.extend(self.ffn.arrays());
-        out
     }
 
     /// Block `layer` on `x [batch, tokens, hidden]`.
@@ -216,16 +215,22 @@ impl Decoder {
         Ok(head.matmul(&x)?.as_dtype(Dtype::Float32)?)
     }
 
+    /// Its weights: embedding, blocks, final norm, head.
+    pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
+        v.quant(&self.token_embd);
+        for layer in &self.layers {
+            layer.visit(v);
+        }
+        v.array(&self.output_norm.weight);
+        if let Some(o) = &self.output {
+            v.quant(o);
+        }
+    }
+
     /// Weights that must be evaluated to be resident.
     pub fn arrays(&self) -> Vec<&Array> {
-        let mut out = self.token_embd.arrays();
-        for l in &self.layers {
-            out.extend(l.arrays());
-        }
-        out.push(&self.output_norm.weight);
-        if let Some(o) = &self.output {
-            out.extend(o.arrays());
-        }
-        out
+        let mut out = Arrays::default();
+        self.visit(&mut out);
+        out.0
     }
 }

@@ -4,7 +4,7 @@ use gmlx_mlx::Array;
 
 use crate::blocks::attention::Attention;
 use crate::blocks::context::ForwardCtx;
-use crate::blocks::linear::Linear;
+use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
 use crate::error::Result;
 
 #[derive(Debug, Clone)]
@@ -19,23 +19,15 @@ impl Mixer {
         }
     }
 
-    /// Its linear layers adapters can target, in GGUF tensor order.
-    pub fn linears(&self) -> Vec<&Linear> {
+    pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
         match self {
-            Mixer::Attention(a) => a.linears().into(),
+            Mixer::Attention(a) => a.visit(v),
         }
     }
 
-    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+    pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
         match self {
-            Mixer::Attention(a) => a.linears_mut().into(),
-        }
-    }
-
-    /// Every array it holds.
-    pub fn arrays(&self) -> Vec<&Array> {
-        match self {
-            Mixer::Attention(a) => a.arrays(),
+            Mixer::Attention(a) => a.visit_mut(v),
         }
     }
 }

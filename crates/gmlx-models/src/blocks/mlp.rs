@@ -1,6 +1,7 @@
 use gmlx_mlx::{ops, Array};
 
 use crate::blocks::linear::Linear;
+use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
 
 use crate::error::Result;
 
@@ -22,11 +23,16 @@ impl SwiGlu {
 }
 
 impl SwiGlu {
-    pub fn linears(&self) -> [&Linear; 3] {
-        [&self.ffn_gate, &self.ffn_up, &self.ffn_down]
+    /// Its three projections, in GGUF tensor order.
+    pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
+        for l in [&self.ffn_gate, &self.ffn_up, &self.ffn_down] {
+            v.linear(l);
+        }
     }
 
-    pub fn linears_mut(&mut self) -> [&mut Linear; 3] {
-        [&mut self.ffn_gate, &mut self.ffn_up, &mut self.ffn_down]
+    pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
+        v.linear(&mut self.ffn_gate);
+        v.linear(&mut self.ffn_up);
+        v.linear(&mut self.ffn_down);
     }
 }

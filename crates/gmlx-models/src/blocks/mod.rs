@@ -9,3 +9,4 @@ pub mod mlp;
 pub mod moe;
 pub mod norm;
 pub mod rope;
+pub mod visit;

@@ -8,6 +8,7 @@ use gmlx_mlx::{ops, Array, QuantWeight};
 
 use crate::blocks::linear::Linear;
 use crate::blocks::mlp::SwiGlu;
+use crate::blocks::visit::{Frozen, WeightVisitor};
 use crate::error::Result;
 
 /// How router logits become expert scores.
@@ -99,8 +100,8 @@ pub trait ExpertStore: Debug {
     /// `x [n, k or 1, 1, in]` times the `proj` matrix of expert `indices[i, j]` (`[n, k]`
     /// u32): `[n, k, 1, out]`.
     fn gather_matmul(&self, proj: ExpertProj, x: &Array, indices: &Array) -> Result<Array>;
-    /// The arrays held in memory.
-    fn arrays(&self) -> Vec<&Array>;
+    /// The arrays it holds in memory.
+    fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>);
 }
 
 /// Every expert resident, as quantized stacks `[experts, out, in]`.
@@ -121,11 +122,10 @@ impl ExpertStore for ResidentExperts {
         Ok(stack.gather_matmul(x, indices)?)
     }
 
-    fn arrays(&self) -> Vec<&Array> {
-        [&self.ffn_gate_exps, &self.ffn_up_exps, &self.ffn_down_exps]
-            .into_iter()
-            .flat_map(QuantWeight::arrays)
-            .collect()
+    fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
+        for w in [&self.ffn_gate_exps, &self.ffn_up_exps, &self.ffn_down_exps] {
+            v.quant(w);
+        }
     }
 }
 
@@ -175,18 +175,16 @@ impl Experts {
         Ok(out.squeeze_axes(&[-2])?)
     }
 
-    pub fn arrays(&self) -> Vec<&Array> {
-        let mut out = self.store.arrays();
-        out.extend(
-            [
-                &self.ffn_gate_exps_b,
-                &self.ffn_up_exps_b,
-                &self.ffn_down_exps_b,
-            ]
-            .into_iter()
-            .flatten(),
-        );
-        out
+    pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
+        self.store.visit(v);
+        let biases = [
+            &self.ffn_gate_exps_b,
+            &self.ffn_up_exps_b,
+            &self.ffn_down_exps_b,
+        ];
+        for b in biases.into_iter().flatten() {
+            v.array(b);
+        }
     }
 }
 
@@ -214,14 +212,15 @@ impl MoeFfn {
         Ok(out.reshape(&shape)?)
     }
 
-    /// Every array it holds (router, experts, shared expert).
-    pub fn arrays(&self) -> Vec<&Array> {
-        let mut out = self.router.ffn_gate_inp.arrays();
-        out.extend(self.router.selection_bias.as_ref());
-        out.extend(self.experts.arrays());
-        if let Some(shared) = &self.shared {
-            out.extend(shared.linears().into_iter().flat_map(Linear::arrays));
+    /// Its weights: the router (not an adapter target), the experts, the shared expert.
+    pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
+        Frozen(v).linear(&self.router.ffn_gate_inp);
+        if let Some(bias) = &self.router.selection_bias {
+            v.array(bias);
         }
-        out
+        self.experts.visit(v);
+        if let Some(shared) = &self.shared {
+            shared.visit(&mut Frozen(v));
+        }
     }
 }
