@@ -420,3 +420,66 @@ fn rope_freq_factors(file: &GgufFile, rope_dims: i32) -> Result<Option<Vec<f32>>
     }
     Ok(Some(factors))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gmlx_gguf::{GgufWriter, Limits, Value};
+
+    /// A header-only llama file with the given extra keys.
+    fn header(extra: &[(&str, Value)]) -> GgufFile {
+        let mut w = GgufWriter::new();
+        let base: [(&str, Value); 8] = [
+            ("general.architecture", "llama".into()),
+            ("llama.block_count", 3u32.into()),
+            ("llama.embedding_length", 64u32.into()),
+            ("llama.attention.head_count", 4u32.into()),
+            ("llama.feed_forward_length", 128u32.into()),
+            ("llama.attention.layer_norm_rms_epsilon", 1e-5f32.into()),
+            ("llama.context_length", 256u32.into()),
+            ("llama.vocab_size", 32u32.into()),
+        ];
+        for (k, v) in base.into_iter().chain(extra.iter().cloned()) {
+            w.add_kv(k, v).expect("kv");
+        }
+        GgufFile::from_bytes(w.to_bytes(), &Limits::default()).expect("header")
+    }
+
+    fn kv_heads(c: &ModelConfig) -> Vec<i32> {
+        c.layers
+            .iter()
+            .map(|l| match &l.mixer {
+                MixerSpec::Attention(a) => a.n_kv_heads,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn per_layer_kv_heads_and_prediction_layers_shape_the_plan() {
+        let c = synth_decoder(&header(&[]), true).expect("config");
+        assert_eq!(c.n_layers, 3);
+        assert_eq!(kv_heads(&c), [4, 4, 4]);
+        let file = header(&[
+            ("llama.attention.head_count_kv", vec![2u32, 4, 1].into()),
+            ("llama.nextn_predict_layers", 1u32.into()),
+        ]);
+        let c = synth_decoder(&file, true).expect("config");
+        // the last block predicts the next-next token: not part of the decoder
+        assert_eq!((c.n_layers, c.layers.len()), (2, 2));
+        assert_eq!(kv_heads(&c), [2, 4]);
+        assert_eq!(c.layers[0].cache_kind(), CacheKind::FullKv);
+    }
+
+    #[test]
+    fn inconsistent_per_layer_arrays_are_refused_naming_the_key() {
+        let short = header(&[("llama.attention.head_count_kv", vec![2u32, 4].into())]);
+        let e = synth_decoder(&short, true).expect_err("two entries for three blocks");
+        assert!(e.to_string().contains("head_count_kv"), "{e}");
+        let uneven = header(&[("llama.attention.head_count_kv", vec![3u32, 4, 4].into())]);
+        let e = synth_decoder(&uneven, true).expect_err("3 does not divide 4");
+        assert!(e.to_string().contains("head_count_kv"), "{e}");
+        let all = header(&[("llama.nextn_predict_layers", 3u32.into())]);
+        let e = synth_decoder(&all, true).expect_err("no decoder blocks left");
+        assert!(e.to_string().contains("nextn_predict_layers"), "{e}");
+    }
+}

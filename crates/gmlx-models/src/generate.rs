@@ -9,49 +9,12 @@ use crate::blocks::decoder::Logits;
 use crate::cache::SequenceCache;
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::sample::SamplingParams;
 pub use crate::sequence::FinishReason;
 use crate::sequence::{Sequence, SequenceOptions, TokenLogprob};
 
-/// What to generate and when to stop.
-#[derive(Debug, Clone)]
-pub struct GenerateOptions {
-    pub max_tokens: usize,
-    pub sampling: SamplingParams,
-    /// Text that ends generation; it is not part of the output.
-    pub stop: Vec<String>,
-    /// Prompt tokens per prefill forward pass.
-    pub prefill_chunk: usize,
-    /// Keep going past end-of-generation tokens (benchmarks).
-    pub ignore_eos: bool,
-    /// `Some(n)`: each piece carries its token's log-probability and the `n` most likely.
-    pub logprobs: Option<usize>,
-}
-
-impl Default for GenerateOptions {
-    fn default() -> Self {
-        GenerateOptions {
-            max_tokens: 256,
-            sampling: SamplingParams::default(),
-            stop: Vec::new(),
-            prefill_chunk: 512,
-            ignore_eos: false,
-            logprobs: None,
-        }
-    }
-}
-
-impl GenerateOptions {
-    fn sequence(&self) -> SequenceOptions {
-        SequenceOptions {
-            max_tokens: self.max_tokens,
-            sampling: self.sampling.clone(),
-            stop: self.stop.clone(),
-            ignore_eos: self.ignore_eos,
-            logprobs: self.logprobs,
-        }
-    }
-}
+/// What to generate and when to stop: the options of the decode step, and the prefill
+/// chunk.
+pub type GenerateOptions = SequenceOptions;
 
 /// One generated token and the text it completes (empty while a character is incomplete or
 /// while text might be the start of a stop string).
@@ -122,16 +85,17 @@ impl<'a> Generation<'a> {
         options: GenerateOptions,
     ) -> Result<Generation<'a>> {
         let config = model.config();
+        let chunk = options.prefill_chunk;
         let sequence = Sequence::new(
             tokenizer,
             prompt,
-            options.sequence(),
+            options,
             config.context_length,
             config.vocab as usize,
         )?;
         let mut cache = model.new_cache();
         let start = Instant::now();
-        let logits = prefill(model, &mut cache, prompt, options.prefill_chunk)?;
+        let logits = prefill(model, &mut cache, prompt, chunk)?;
         Ok(Generation {
             model,
             cache,

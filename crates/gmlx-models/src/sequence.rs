@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::sample::{Sampler, SamplingParams};
 use crate::stop::StopFilter;
 
-/// What to generate and when to stop.
+/// What to generate and when to stop (`GenerateOptions` is the same type).
 #[derive(Debug, Clone)]
 pub struct SequenceOptions {
     pub max_tokens: usize,
@@ -18,6 +18,9 @@ pub struct SequenceOptions {
     pub ignore_eos: bool,
     /// `Some(n)`: report each token's log-probability and the `n` most likely tokens.
     pub logprobs: Option<usize>,
+    /// Prompt tokens per prefill forward pass ([`crate::Generation`]; the server's scheduler
+    /// uses its own).
+    pub prefill_chunk: usize,
 }
 
 impl Default for SequenceOptions {
@@ -28,6 +31,7 @@ impl Default for SequenceOptions {
             stop: Vec::new(),
             ignore_eos: false,
             logprobs: None,
+            prefill_chunk: 512,
         }
     }
 }

@@ -173,6 +173,7 @@ fn admit<'t>(
         stop: request.stop.clone(),
         ignore_eos: request.ignore_eos,
         logprobs: request.logprobs,
+        prefill_chunk: PREFILL_CHUNK,
     };
     let sequence = Sequence::new(
         &loaded.tokenizer,
