@@ -1,7 +1,8 @@
 //! Developer automation: `cargo xtask <verb>`.
 //!
 //! - `setup`: the test references (a Python venv with the pinned tools, llama.cpp's sources).
-//! - `test [ARGS...]`: `setup`, then `cargo test --workspace ARGS...` with the references found.
+//! - `test [ARGS...]`: `setup`, then `cargo test --workspace ARGS...` with the references found,
+//!   then `examples/embed` (an application outside the workspace) built and run.
 //! - `lint`: `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`.
 //! - `bench mlx`: MLX CPU matmul GFLOP/s with the BLAS in use next to the wheel's reference BLAS.
 mod bench;
@@ -38,7 +39,32 @@ fn test(args: &[String]) -> Result<()> {
     let mut cmd = cargo();
     cmd.args(["test", "--workspace"]).args(args);
     refs.apply(&mut cmd);
-    run_command(&mut cmd)
+    run_command(&mut cmd)?;
+    embed_example()
+}
+
+/// Builds and runs `examples/embed`, an application outside the workspace that embeds
+/// gmlx-models with the recipe of docs/embedding.md (it shares the target directory, so it
+/// costs little): the recipe cannot rot.
+fn embed_example() -> Result<()> {
+    let manifest =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/embed/Cargo.toml");
+    eprintln!("xtask: building and running {}", manifest.display());
+    let out = cargo()
+        .args(["run", "--quiet", "--manifest-path"])
+        .arg(&manifest)
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("examples/embed failed ({}): {text}", out.status);
+    }
+    // llama.cpp's greedy continuation of the prompt on the default model
+    if !text.starts_with(" Paris.") {
+        bail!("examples/embed printed {text:?}, expected llama.cpp's \" Paris.\"");
+    }
+    eprintln!("xtask: examples/embed: ok ({:?})", text.trim_end());
+    Ok(())
 }
 
 fn lint() -> Result<()> {

@@ -383,3 +383,83 @@ fn ignore_eos_keeps_generating_to_the_budget() {
     assert_eq!(j["choices"][0]["finish_reason"], "length", "{}", r.body);
     assert_eq!(j["usage"]["completion_tokens"], 24, "{}", r.body);
 }
+
+/// A config with one model under `alias`, the API key `key`, and a default profile that
+/// caps replies at `max_tokens`.
+fn reload_config(alias: &str, key: &str, max_tokens: u32) -> String {
+    format!(
+        "[server]\napi_key = {key:?}\n\n[[models]]\nid = \"m\"\npath = {:?}\naliases = [{alias:?}]\n\
+         profile = \"p\"\n\n[profiles.p]\ntemperature = 0.0\nmax_tokens = {max_tokens}\n",
+        util::model()
+    )
+}
+
+#[test]
+fn sighup_reloads_profiles_aliases_and_key_and_refuses_a_broken_config() {
+    let file = util::config_file("reload", &reload_config("first", "key-1", 3));
+    let server = Server::start_raw(&["--config", file.to_str().expect("utf-8"), "--port", "0"]);
+    let a = &server.addr;
+    let ask = |model: &str, key: &str| {
+        let body =
+            json!({"model": model, "messages": [{"role": "user", "content": "Tell me a story."}]});
+        let auth = format!("Bearer {key}");
+        request(
+            a,
+            "POST",
+            "/v1/chat/completions",
+            &[("Authorization", &auth)],
+            body.to_string().as_bytes(),
+        )
+    };
+    let r = ask("first", "key-1");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["usage"]["completion_tokens"], 3, "{}", r.body);
+
+    std::fs::write(&file, reload_config("second", "key-2", 5)).expect("rewrite");
+    server.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server.log().contains("reloaded") {
+        assert!(Instant::now() < deadline, "no reload: {}", server.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = ask("second", "key-2");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["usage"]["completion_tokens"],
+        5,
+        "the new profile: {}",
+        r.body
+    );
+    assert_eq!(ask("second", "key-1").status, 401, "the old key is gone");
+    assert_eq!(ask("first", "key-2").status, 404, "the old alias is gone");
+
+    std::fs::write(&file, "[server]\nbatch_widht = 3\n").expect("break");
+    server.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server.log().contains("reload refused") {
+        assert!(Instant::now() < deadline, "no refusal: {}", server.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        server.log().contains("batch_widht"),
+        "says why: {}",
+        server.log()
+    );
+    let r = ask("second", "key-2");
+    assert_eq!(r.status, 200, "the old config is kept: {}", r.body);
+}
+
+#[test]
+fn a_second_server_on_the_same_port_fails_with_a_clear_error() {
+    let first = Server::start(&[]);
+    let port = first.addr.rsplit(':').next().expect("port");
+    let model = util::model();
+    let out = util::run_to_exit(&[model.to_str().expect("utf-8"), "--port", port]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("gmlx-server: binding 127.0.0.1:") && last.contains(port),
+        "{err}"
+    );
+}

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 pub struct Server {
     pub child: Child,
     pub addr: String,
+    /// What the server printed to stderr after its listening line.
+    log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 pub fn model() -> PathBuf {
@@ -73,8 +75,31 @@ impl Server {
             }
         };
         // keep draining stderr so the child never blocks on a full pipe
-        std::thread::spawn(move || for _ in lines.by_ref() {});
-        Server { child, addr }
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = std::sync::Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in lines.map_while(|l| l.ok()) {
+                if let Ok(mut log) = sink.lock() {
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        });
+        Server { child, addr, log }
+    }
+
+    /// The server's stderr since it started listening.
+    pub fn log(&self) -> String {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Sends `signal` to the server (`kill -SIGNAL PID`).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
     }
 
     pub fn url(&self) -> String {
