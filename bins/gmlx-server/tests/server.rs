@@ -463,3 +463,53 @@ fn a_second_server_on_the_same_port_fails_with_a_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn health_is_503_while_models_load_then_200() {
+    // three models to load one after the other: the server listens before the first
+    let model = util::model();
+    let entries: String = (1..=3)
+        .map(|i| format!("[[models]]\nid = \"m{i}\"\npath = {model:?}\n\n"))
+        .collect();
+    let file = util::config_file("ready", &entries);
+    let server = Server::listening(
+        &["--config", file.to_str().expect("utf-8"), "--port", "0"],
+        &[],
+    );
+    let a = &server.addr;
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let health = get(a, "/health");
+        let status = health.status;
+        if status == 503 {
+            assert_eq!(health.json()["status"], "loading");
+            assert_eq!(health.header("retry-after"), Some("1"));
+            // nothing else is served yet (unless loading ended in between)
+            let r = post(a, "/v1/chat/completions", &chat("hi", 2));
+            if r.status == 503 {
+                assert_eq!(r.header("retry-after"), Some("1"));
+            } else {
+                assert_eq!(
+                    get(a, "/health").status,
+                    200,
+                    "served while loading: {}",
+                    r.body
+                );
+            }
+        }
+        if seen.last() != Some(&status) {
+            seen.push(status);
+        }
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ready: {}", server.log());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(seen, [503, 200], "health went {seen:?}");
+    assert_eq!(get(a, "/health").json()["status"], "ok");
+    let mut body = chat("hi", 2);
+    body["model"] = json!("m3");
+    assert_eq!(post(a, "/v1/chat/completions", &body).status, 200);
+}

@@ -17,6 +17,9 @@ pub enum Error {
         file: PathBuf,
         source: std::io::Error,
     },
+    /// A request before every model is loaded.
+    #[error("the server is still loading its models; retry shortly")]
+    Loading,
     /// A command-line flag out of its range.
     #[error("{flag}: {reason}")]
     BadFlag { flag: &'static str, reason: String },
@@ -84,7 +87,7 @@ impl Error {
             | Error::ContextOverflow { .. } => 400,
             Error::UnknownModel { .. } | Error::NotFound { .. } => 404,
             Error::Unauthorized => 401,
-            Error::QueueFull { .. } | Error::ShuttingDown => 503,
+            Error::QueueFull { .. } | Error::ShuttingDown | Error::Loading => 503,
             _ => 500,
         }
     }
@@ -99,7 +102,7 @@ impl Error {
             | Error::ContextOverflow { .. } => "invalid_request_error",
             Error::UnknownModel { .. } | Error::NotFound { .. } => "not_found_error",
             Error::Unauthorized => "authentication_error",
-            Error::QueueFull { .. } | Error::ShuttingDown => "overloaded_error",
+            Error::QueueFull { .. } | Error::ShuttingDown | Error::Loading => "overloaded_error",
             _ => "server_error",
         }
     }
@@ -131,6 +134,7 @@ impl Error {
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
             Error::QueueFull { retry_after_s } => Some(*retry_after_s),
+            Error::Loading => Some(1),
             _ => None,
         }
     }

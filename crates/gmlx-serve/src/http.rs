@@ -13,9 +13,8 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::error::{Error, Result};
 use crate::state::State;
 
-/// Serves until SIGTERM or SIGINT, then stops accepting and waits up to the grace period
-/// for in-flight requests before cancelling them.
-pub async fn serve(state: Arc<State>) -> Result<()> {
+/// Binds the configured address (a port in use fails here, before any model loads).
+pub async fn bind(state: &State) -> Result<TcpListener> {
     let config = state.config();
     let addr = SocketAddr::new(config.host, config.port);
     let listener = TcpListener::bind(addr)
@@ -26,6 +25,12 @@ pub async fn serve(state: Arc<State>) -> Result<()> {
         })?;
     let local = listener.local_addr()?;
     tracing::info!("listening on http://{local}");
+    Ok(listener)
+}
+
+/// Serves until SIGTERM or SIGINT, then stops accepting and waits up to the grace period
+/// for in-flight requests before cancelling them.
+pub async fn serve(state: Arc<State>, listener: TcpListener) -> Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;

@@ -32,9 +32,45 @@ pub use config::{ModelEntry, Profile, ServeConfig};
 pub use engine::{Engine, EngineOptions};
 pub use error::{Error, Result};
 
-/// Loads every model, then serves HTTP until SIGTERM/SIGINT (blocking).
+/// Binds the address, then serves HTTP until SIGTERM/SIGINT (blocking) while the models
+/// load: until every model is loaded `/health` answers 503 and other requests 503 with
+/// `Retry-After`. A model that fails to load ends the server with that error.
 pub fn run(config: ServeConfig) -> Result<()> {
     config.check_auth()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let state = Arc::new(state::State::new(config));
+    let listener = runtime.block_on(http::bind(&state))?;
+    let config = state.config();
+    let mut engines = Vec::new();
+    let served = runtime.block_on(async {
+        let serving = http::serve(Arc::clone(&state), listener);
+        tokio::pin!(serving);
+        let loading = tokio::task::spawn_blocking(move || load_models(&config));
+        tokio::select! {
+            served = &mut serving => return served,
+            loaded = loading => {
+                let (models, started) = loaded.map_err(|e| Error::Engine {
+                    reason: format!("the model loader panicked: {e}"),
+                })??;
+                engines = started;
+                state.set_models(models);
+                tracing::info!("ready");
+            }
+        }
+        serving.await
+    });
+    // whatever is still in flight after the grace period is cancelled, and every model is
+    // freed before the process exits
+    for engine in engines {
+        engine.shutdown();
+    }
+    served
+}
+
+/// Starts an engine per model of `config` (each loads its model on its own thread).
+fn load_models(config: &ServeConfig) -> Result<(state::Models, Vec<Engine>)> {
     let options = EngineOptions {
         batch_width: config.batch_width,
         queue_cap: config.queue_cap,
@@ -56,15 +92,5 @@ pub fn run(config: ServeConfig) -> Result<()> {
         }
         models.insert(entry.id.clone(), Arc::new(info));
     }
-    let state = Arc::new(state::State::new(config, models));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let served = runtime.block_on(http::serve(state));
-    // whatever is still in flight after the grace period is cancelled, and every model is
-    // freed before the process exits
-    for engine in engines {
-        engine.shutdown();
-    }
-    served
+    Ok((models, engines))
 }

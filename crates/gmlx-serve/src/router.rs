@@ -31,9 +31,12 @@ async fn dispatch(state: &State, req: Request<Incoming>) -> Result<Response<Body
     let method = req.method().clone();
     if path != "/health" {
         authorize(state, &req)?;
+        if !state.is_ready() {
+            return Err(Error::Loading);
+        }
     }
     match (&method, path.as_str()) {
-        (&Method::GET, "/health") => Ok(api::health()),
+        (&Method::GET, "/health") => Ok(api::health(state)),
         (&Method::GET, "/v1/models") => Ok(api::models(state)),
         (&Method::GET, "/v1/metrics") => Ok(api::metrics(state)),
         (&Method::POST, "/v1/chat/completions") => {

@@ -1,24 +1,45 @@
 //! What every handler sees: the loaded models and the (reloadable) config.
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::config::ServeConfig;
 use crate::validate::{self, Context, ModelInfo};
 
-/// What every handler sees: the loaded models and the (reloadable) config.
+/// The models by id.
+pub type Models = BTreeMap<String, Arc<ModelInfo>>;
+
+static NO_MODELS: Models = BTreeMap::new();
+
+/// What every handler sees: the models (once loaded) and the (reloadable) config.
 pub struct State {
-    pub models: BTreeMap<String, Arc<ModelInfo>>,
+    models: OnceLock<Models>,
     config: RwLock<Arc<ServeConfig>>,
     env_thinking: RwLock<Option<bool>>,
 }
 
 impl State {
-    pub fn new(config: ServeConfig, models: BTreeMap<String, Arc<ModelInfo>>) -> State {
+    /// A state whose models are still loading ([`State::set_models`] makes it ready).
+    pub fn new(config: ServeConfig) -> State {
         State {
-            models,
+            models: OnceLock::new(),
             config: RwLock::new(Arc::new(config)),
             env_thinking: RwLock::new(validate::env_thinking()),
         }
+    }
+
+    /// The loaded models (none while loading).
+    pub fn models(&self) -> &Models {
+        self.models.get().unwrap_or(&NO_MODELS)
+    }
+
+    /// Whether every model of the config is loaded.
+    pub fn is_ready(&self) -> bool {
+        self.models.get().is_some()
+    }
+
+    /// Publishes the loaded models: from now on requests are served.
+    pub fn set_models(&self, models: Models) {
+        let _ = self.models.set(models);
     }
 
     pub fn config(&self) -> Arc<ServeConfig> {
@@ -30,7 +51,7 @@ impl State {
         let env_thinking = *self.env_thinking.read().unwrap_or_else(|e| e.into_inner());
         f(&Context {
             config: &config,
-            models: &self.models,
+            models: self.models(),
             env_thinking,
         })
     }

@@ -48,8 +48,26 @@ impl Server {
         Self::start_env(args, &[])
     }
 
-    /// Starts `gmlx-server ARGS` with extra environment variables.
+    /// Starts `gmlx-server ARGS` with extra environment variables; returns once its models
+    /// are loaded (`/health` is 200).
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let server = Self::listening(args, env);
+        // the server listens at once and answers 503 until its models are loaded
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while get(&server.addr, "/health").status != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "not ready in 120 s:\n{}",
+                server.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// Starts `gmlx-server ARGS` and returns as soon as it listens (its models may still be
+    /// loading).
+    pub fn listening(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gmlx-server"))
             .args(args)
             .env_remove("GMLX_ENABLE_THINKING")

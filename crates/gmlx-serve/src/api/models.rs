@@ -11,7 +11,7 @@ pub fn models(state: &State) -> Response<Body> {
     let config = state.config();
     let mut data = Vec::new();
     for m in &config.models {
-        if !state.models.contains_key(&m.id) {
+        if !state.models().contains_key(&m.id) {
             continue;
         }
         for name in std::iter::once(&m.id).chain(&m.aliases) {
@@ -32,13 +32,23 @@ pub fn models(state: &State) -> Response<Body> {
     )
 }
 
-pub fn health() -> Response<Body> {
-    sse::json(200, &serde_json::json!({"status": "ok"}))
+/// 200 `{"status": "ok"}` once every model is loaded, 503 `{"status": "loading"}` before.
+pub fn health(state: &State) -> Response<Body> {
+    if state.is_ready() {
+        sse::json(200, &serde_json::json!({"status": "ok"}))
+    } else {
+        let mut r = sse::json(503, &serde_json::json!({"status": "loading"}));
+        r.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from(1),
+        );
+        r
+    }
 }
 
 pub fn metrics(state: &State) -> Response<Body> {
     let models: BTreeMap<&String, _> = state
-        .models
+        .models()
         .iter()
         .map(|(id, m)| (id, m.engine.stats()))
         .collect();
