@@ -78,8 +78,12 @@ fn usage(error: impl Into<anyhow::Error>) -> Failure {
 
 fn main() -> ExitCode {
     gmlx_mlx::init();
-    gmlx_serve::logging::init("gmlx");
     let cli = Cli::parse();
+    let format = match &cli.command {
+        Command::Serve(args) => args.log_format,
+        _ => gmlx_serve::logging::LogFormat::Text,
+    };
+    gmlx_serve::logging::init("gmlx", format);
     let outcome = match cli.command {
         Command::Env { json } => env(json),
         Command::Inspect {

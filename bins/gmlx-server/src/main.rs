@@ -16,8 +16,9 @@ struct Cli {
 
 fn main() -> ExitCode {
     gmlx_mlx::init();
-    gmlx_serve::logging::init("gmlx-server");
-    let config = match args::config(Cli::parse().args) {
+    let args = Cli::parse().args;
+    gmlx_serve::logging::init("gmlx-server", args.log_format);
+    let config = match args::config(args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("gmlx-server: {e:#}");

@@ -513,3 +513,64 @@ fn health_is_503_while_models_load_then_200() {
     body["model"] = json!("m3");
     assert_eq!(post(a, "/v1/chat/completions", &body).status, 200);
 }
+
+/// The access lines the server wrote as JSON, once `n` of them are there.
+fn access_lines(server: &Server, n: usize) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let lines: Vec<serde_json::Value> = server
+            .log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|j| j["target"] == "gmlx_serve::access")
+            .collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} access lines: {}",
+            lines.len(),
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn one_access_line_per_request_in_json() {
+    let server = Server::start(&["--log-format", "json"]);
+    let a = &server.addr;
+    assert_eq!(post(a, "/v1/chat/completions", &chat("Hi", 4)).status, 200);
+    let mut streamed = chat("Hi", 3);
+    streamed["stream"] = json!(true);
+    assert_eq!(post(a, "/v1/chat/completions", &streamed).status, 200);
+    assert_eq!(get(a, "/v1/nothing").status, 404);
+    let lines = access_lines(&server, 3);
+    // the readiness polls of the harness come first
+    let lines = &lines[lines.len() - 3..];
+    for (line, (route, status, tokens)) in lines.iter().zip([
+        ("/v1/chat/completions", 200, 4),
+        ("/v1/chat/completions", 200, 3),
+        ("/v1/nothing", 404, 0),
+    ]) {
+        assert_eq!(line["message"], "request", "{line}");
+        assert_eq!(line["route"], route, "{line}");
+        assert_eq!(line["status"], status, "{line}");
+        assert_eq!(line["tokens"], tokens, "{line}");
+        let duration = line["duration_ms"].as_f64().expect("duration_ms");
+        let ttft = line["ttft_ms"].as_f64().expect("ttft_ms");
+        if tokens > 0 {
+            assert!(
+                line["method"] == "POST"
+                    && line["request_id"]
+                        .as_str()
+                        .is_some_and(|id| id.starts_with("chatcmpl-")),
+                "{line}"
+            );
+            assert!(ttft > 0.0 && ttft <= duration, "{line}");
+        } else {
+            assert!(ttft < 0.0, "no token, no time to first token: {line}");
+        }
+    }
+}

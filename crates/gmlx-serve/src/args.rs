@@ -1,9 +1,10 @@
-//! The flags of `gmlx-server`, shared with `gmlx serve` (which includes this file), and
-//! their one conversion to a `ServeConfig`.
+//! The flags of `gmlx-server`, shared with `gmlx serve`, and their one conversion to a
+//! `ServeConfig`.
 use std::net::IpAddr;
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
+pub use crate::logging::LogFormat;
 use crate::ServeConfig;
 use clap::Args;
 
@@ -37,6 +38,10 @@ pub struct ServeArgs {
     /// Overrides server.max_body_bytes.
     #[arg(long)]
     max_body_bytes: Option<usize>,
+    /// How log lines on stderr are written: `text` (`gmlx-server: message key=value ...`) or
+    /// `json` (one object per line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 /// Flags → a validated config (file or single model, then overrides, then the auth check).

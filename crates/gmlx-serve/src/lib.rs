@@ -13,6 +13,7 @@
 //! Requests are validated at the edge (`validate`), queued to one scheduler thread per model
 //! (`engine`), which owns the model and decodes every active request in one batched forward
 //! pass, streaming tokens back per request.
+pub mod access;
 pub mod api;
 pub mod args;
 pub mod config;

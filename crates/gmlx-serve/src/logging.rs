@@ -1,5 +1,6 @@
 //! The binaries' log output: the libraries log through `tracing`; `gmlx` and `gmlx-server`
-//! print events to stderr as `PROGRAM: message`, filtered by `RUST_LOG` (default `info`).
+//! print events to stderr as `PROGRAM: message` (or JSON lines), filtered by `RUST_LOG`
+//! (default `info`).
 //! At debug level and below each line also names the spans it happened in
 //! (`request`, `prefill`, `decode_step`), with their fields.
 use std::fmt;
@@ -10,14 +11,30 @@ use tracing_subscriber::fmt::FmtContext;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
+/// How events are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `PROGRAM: message key=value ...`
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message` and the fields.
+    Json,
+}
+
 /// Installs the subscriber for `program` (once per process; later calls do nothing).
-pub fn init(program: &'static str) {
+pub fn init(program: &'static str, format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .event_format(Prefixed(program))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.event_format(Prefixed(program)).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+    };
 }
 
 struct Prefixed(&'static str);

@@ -4,15 +4,22 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 
+use crate::access::Access;
 use crate::api::{self, sse::Body};
 use crate::error::{Error, Result};
 use crate::state::State;
 
 pub async fn route(state: &State, req: Request<Incoming>) -> Response<Body> {
-    match dispatch(state, req).await {
+    let access = Access::new(req.method().as_str(), req.uri().path());
+    let response = match dispatch(state, req, &access).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
+    };
+    // a generation's line is written when its events end; every other request's now
+    if !access.is_tracked() {
+        access.finish(response.status().as_u16());
     }
+    response
 }
 
 pub fn error_response(e: &Error) -> Response<Body> {
@@ -26,7 +33,11 @@ pub fn error_response(e: &Error) -> Response<Body> {
     r
 }
 
-async fn dispatch(state: &State, req: Request<Incoming>) -> Result<Response<Body>> {
+async fn dispatch(
+    state: &State,
+    req: Request<Incoming>,
+    access: &Access,
+) -> Result<Response<Body>> {
     let path = req.uri().path().trim_end_matches('/').to_owned();
     let method = req.method().clone();
     if path != "/health" {
@@ -41,11 +52,11 @@ async fn dispatch(state: &State, req: Request<Incoming>) -> Result<Response<Body
         (&Method::GET, "/v1/metrics") => Ok(api::metrics(state)),
         (&Method::POST, "/v1/chat/completions") => {
             let body = read_body(state, req).await?;
-            api::chat(state, body).await
+            api::chat(state, body, access).await
         }
         (&Method::POST, "/v1/completions") => {
             let body = read_body(state, req).await?;
-            api::completion(state, body).await
+            api::completion(state, body, access).await
         }
         _ => Err(Error::NotFound {
             method: method.to_string(),

@@ -84,7 +84,11 @@ impl Server {
             match lines.next() {
                 Some(Ok(line)) => {
                     if let Some(a) = line.split("listening on http://").nth(1) {
-                        break a.trim().to_owned();
+                        // text or JSON lines: the address ends where its characters do
+                        let end = a
+                            .find(|c: char| !(c.is_ascii_alphanumeric() || ".:[]".contains(c)))
+                            .unwrap_or(a.len());
+                        break a[..end].to_owned();
                     }
                     seen.push_str(&line);
                     seen.push('\n');

@@ -6,6 +6,7 @@ use super::reasoning::ReasoningSplitter;
 use super::sse::{self, Body};
 use super::types::*;
 use super::{finish_reason, now_s, parse, submit, usage};
+use crate::access::Access;
 use crate::engine::{Event, TokenLogprob};
 use crate::error::{Error, Result};
 use crate::state::State;
@@ -28,10 +29,10 @@ fn chat_logprob(l: TokenLogprob) -> ChatTokenLogprob {
     }
 }
 
-pub async fn chat(state: &State, body: Bytes) -> Result<Response<Body>> {
+pub async fn chat(state: &State, body: Bytes, access: &Access) -> Result<Response<Body>> {
     let wire: ChatCompletionRequest = parse(&body)?;
     let mut valid = state.with_context(|ctx| validate::chat(wire, ctx))?;
-    let (id, mut events) = submit(&mut valid, "chatcmpl")?;
+    let (id, mut events) = submit(&mut valid, "chatcmpl", access)?;
     let created = now_s();
     let mut split = valid.reasoning.map(ReasoningSplitter::new);
     if !valid.stream {

@@ -7,15 +7,16 @@ use hyper::Response;
 use super::sse::{self, Body};
 use super::types::*;
 use super::{finish_reason, now_s, parse, submit, usage};
+use crate::access::Access;
 use crate::engine::{Event, TokenLogprob};
 use crate::error::{Error, Result};
 use crate::state::State;
 use crate::validate;
 
-pub async fn completion(state: &State, body: Bytes) -> Result<Response<Body>> {
+pub async fn completion(state: &State, body: Bytes, access: &Access) -> Result<Response<Body>> {
     let wire: CompletionRequest = parse(&body)?;
     let mut valid = state.with_context(|ctx| validate::completion(wire, ctx))?;
-    let (id, mut events) = submit(&mut valid, "cmpl")?;
+    let (id, mut events) = submit(&mut valid, "cmpl", access)?;
     let created = now_s();
     let legacy = |l: &TokenLogprob| {
         (

@@ -13,13 +13,12 @@ pub use models::{health, metrics, models};
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use gmlx_models::FinishReason;
-use tokio::sync::mpsc::UnboundedReceiver;
-
-use crate::engine::{Done, Event};
+use crate::access::{Access, Tracked};
+use crate::engine::Done;
 use crate::error::{Error, Result};
 use crate::validate::Valid;
+use bytes::Bytes;
+use gmlx_models::FinishReason;
 use types::Usage;
 
 fn now_s() -> u64 {
@@ -59,10 +58,11 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T> {
     })
 }
 
-fn submit(valid: &mut Valid, prefix: &str) -> Result<(String, UnboundedReceiver<Event>)> {
+fn submit(valid: &mut Valid, prefix: &str, access: &Access) -> Result<(String, Tracked)> {
     let id = request_id(prefix);
     valid.request.id = id.clone();
     valid.request.span = tracing::info_span!("request", request_id = %id, model = %valid.model);
     let events = valid.info.engine.submit(valid.request.clone())?;
+    let events = access.track(&id, events);
     Ok((id, events))
 }
