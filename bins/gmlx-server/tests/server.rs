@@ -574,3 +574,74 @@ fn one_access_line_per_request_in_json() {
         }
     }
 }
+
+/// Starts a stream that would run for minutes (ignore_eos, 4000 tokens) on its own thread;
+/// returns once the server decodes it. The thread returns the raw reply once the server
+/// closes the connection.
+fn endless_stream(server: &Server) -> std::thread::JoinHandle<util::Reply> {
+    let addr = server.addr.clone();
+    let mut body = chat("Tell me a very long story.", 4000);
+    body["stream"] = json!(true);
+    body["ignore_eos"] = json!(true);
+    let stream = std::thread::spawn(move || post(&addr, "/v1/chat/completions", &body));
+    let start = Instant::now();
+    while get(&server.addr, "/v1/metrics").json()["active_rows"] != 1 {
+        assert!(start.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stream
+}
+
+#[test]
+fn after_the_grace_period_streams_end_with_an_error_event_and_done() {
+    let file = util::config_file(
+        "grace",
+        &format!(
+            "[server]\nshutdown_grace_s = 1\n\n[[models]]\nid = {MODEL:?}\npath = {:?}\n",
+            util::model()
+        ),
+    );
+    let mut server = Server::start_raw(&["--config", file.to_str().expect("utf-8"), "--port", "0"]);
+    let stream = endless_stream(&server);
+    server.signal("TERM");
+    let reply = stream.join().expect("join");
+    assert_eq!(reply.status, 200);
+    let events: Vec<&str> = reply
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert!(events.len() > 2, "{}", reply.body);
+    assert_eq!(events[events.len() - 1], "[DONE]", "{}", reply.body);
+    let error: serde_json::Value =
+        serde_json::from_str(events[events.len() - 2]).expect("an error event");
+    assert_eq!(
+        error["error"]["message"], "the server is shutting down",
+        "{error}"
+    );
+    assert_eq!(server.child.wait().expect("wait").code(), Some(0));
+}
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    // the default grace period (30 s) would keep the stream going
+    let mut server = Server::start(&[]);
+    let stream = endless_stream(&server);
+    server.signal("TERM");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server.log().contains("shutting down") {
+        assert!(Instant::now() < deadline, "{}", server.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let start = Instant::now();
+    server.signal("INT");
+    let status = server.child.wait().expect("wait");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(status.code(), Some(0));
+    assert!(server.log().contains("second signal"), "{}", server.log());
+    let _ = stream.join();
+}

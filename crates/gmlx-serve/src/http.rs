@@ -60,9 +60,41 @@ pub async fn serve(state: Arc<State>, listener: TcpListener) -> Result<()> {
     drop(listener);
     let grace = Duration::from_secs(state.config().shutdown_grace_s);
     tracing::info!("shutting down (waiting up to {grace:?} for in-flight requests)");
+    let drained = graceful.shutdown();
+    tokio::pin!(drained);
     tokio::select! {
-        _ = graceful.shutdown() => tracing::info!("all requests finished"),
-        _ = tokio::time::sleep(grace) => tracing::info!("grace period over; cancelling the rest"),
+        _ = &mut drained => {
+            tracing::info!("all requests finished");
+            return Ok(());
+        }
+        _ = tokio::time::sleep(grace) => {
+            tracing::info!("grace period over; cancelling the rest");
+        }
+        _ = term.recv() => return second_signal(),
+        _ = int.recv() => return second_signal(),
     }
+    // every running request gets its error event (and its stream `[DONE]`) before the exit
+    let engines: Vec<_> = state.models().values().map(|m| m.engine.clone()).collect();
+    let _ = tokio::task::spawn_blocking(move || {
+        for engine in engines {
+            engine.shutdown();
+        }
+    })
+    .await;
+    tokio::select! {
+        _ = &mut drained => {}
+        _ = tokio::time::sleep(CANCELLED_FLUSH) => {}
+        _ = term.recv() => return second_signal(),
+        _ = int.recv() => return second_signal(),
+    }
+    Ok(())
+}
+
+/// How long cancelled requests get to write their last event after the grace period.
+const CANCELLED_FLUSH: Duration = Duration::from_secs(2);
+
+/// A second SIGTERM or SIGINT during the shutdown: exit now.
+fn second_signal() -> Result<()> {
+    tracing::info!("second signal: exiting now");
     Ok(())
 }

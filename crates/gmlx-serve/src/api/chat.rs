@@ -154,7 +154,9 @@ pub async fn chat(state: &State, body: Bytes, access: &Access) -> Result<Respons
                     return;
                 }
                 Some(Event::Failed(e)) => {
+                    // an error event, then the end of the stream
                     let _ = tx.send(sse::event(&e.body())).await;
+                    let _ = tx.send(Bytes::from_static(sse::DONE)).await;
                     return;
                 }
                 None => return,

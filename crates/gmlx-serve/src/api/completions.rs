@@ -110,7 +110,9 @@ pub async fn completion(state: &State, body: Bytes, access: &Access) -> Result<R
                     return;
                 }
                 Some(Event::Failed(e)) => {
+                    // an error event, then the end of the stream
                     let _ = tx.send(sse::event(&e.body())).await;
+                    let _ = tx.send(Bytes::from_static(sse::DONE)).await;
                     return;
                 }
                 None => return,
