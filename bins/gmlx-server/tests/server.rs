@@ -645,3 +645,83 @@ fn a_second_signal_exits_at_once() {
     assert!(server.log().contains("second signal"), "{}", server.log());
     let _ = stream.join();
 }
+
+#[test]
+fn model_cards_tokenize_detokenize_and_prometheus_metrics() {
+    let server = Server::start(&[]);
+    let a = &server.addr;
+    let card = get(a, &format!("/v1/models/{MODEL}"));
+    assert_eq!(card.status, 200, "{}", card.body);
+    assert_eq!(card.json()["id"], MODEL);
+    assert_eq!(card.json()["object"], "model");
+    let missing = get(a, "/v1/models/no-such-model");
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["error"]["param"], "model");
+
+    // the model's tokenizer, itself certified against llama-tokenize (gmlx-tokenizer's tests);
+    // add_special false by default, special tokens parsed by default (llama-server's shapes)
+    let t = post(
+        a,
+        "/tokenize",
+        &json!({"content": "The capital of France is"}),
+    );
+    assert_eq!(t.status, 200, "{}", t.body);
+    let ids: Vec<u64> = t.json()["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|v| v.as_u64().expect("id"))
+        .collect();
+    let llama = util::model();
+    let tokenizer = gmlx_models::Tokenizer::from_gguf_path(&llama).expect("tokenizer");
+    let want: Vec<u64> = tokenizer
+        .encode("The capital of France is", false, true)
+        .expect("encode")
+        .into_iter()
+        .map(u64::from)
+        .collect();
+    assert_eq!(ids, want);
+    let pieces = post(
+        a,
+        "/tokenize",
+        &json!({"content": "<|im_start|>Paris", "with_pieces": true}),
+    );
+    let pieces = pieces.json()["tokens"].as_array().expect("tokens").clone();
+    assert_eq!(
+        pieces[0]["piece"], "<|im_start|>",
+        "special tokens parsed by default"
+    );
+    assert_eq!(pieces[1]["piece"], "Paris");
+    let d = post(a, "/detokenize", &json!({"tokens": ids}));
+    assert_eq!(d.json()["content"], "The capital of France is");
+    let bad = post(a, "/detokenize", &json!({"tokens": [99999999]}));
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json()["error"]["param"], "tokens");
+
+    assert_eq!(post(a, "/v1/chat/completions", &chat("Hi", 3)).status, 200);
+    let m = get(a, "/metrics");
+    assert_eq!(m.status, 200);
+    assert!(m
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("text/plain; version=0.0.4")));
+    let value = |line: &str| -> f64 {
+        m.body
+            .lines()
+            .find(|l| l.starts_with(line))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {line} in\n{}", m.body))
+    };
+    assert!(value("gmlx_requests_total{class=\"2xx\"}") >= 1.0);
+    assert!(value("gmlx_time_to_first_token_seconds_count") >= 1.0);
+    assert!(value("gmlx_time_to_first_token_seconds_bucket{le=\"+Inf\"}") >= 1.0);
+    assert!(value(&format!("gmlx_generated_tokens_total{{model=\"{MODEL}\"}}")) >= 3.0);
+    assert_eq!(
+        value(&format!("gmlx_active_rows{{model=\"{MODEL}\"}}")),
+        0.0
+    );
+    assert!(value("gmlx_process_resident_memory_bytes") > 0.0);
+    assert!(m
+        .body
+        .contains("# TYPE gmlx_request_duration_seconds histogram"));
+}

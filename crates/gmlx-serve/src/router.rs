@@ -50,6 +50,18 @@ async fn dispatch(
         (&Method::GET, "/health") => Ok(api::health(state)),
         (&Method::GET, "/v1/models") => Ok(api::models(state)),
         (&Method::GET, "/v1/metrics") => Ok(api::metrics(state)),
+        (&Method::GET, "/metrics") => Ok(api::prometheus(state)),
+        (&Method::GET, p) if p.starts_with("/v1/models/") => {
+            api::model(state, &p["/v1/models/".len()..])
+        }
+        (&Method::POST, "/tokenize") => {
+            let body = read_body(state, req).await?;
+            api::tokenize(state, body)
+        }
+        (&Method::POST, "/detokenize") => {
+            let body = read_body(state, req).await?;
+            api::detokenize(state, body)
+        }
         (&Method::POST, "/v1/chat/completions") => {
             let body = read_body(state, req).await?;
             api::chat(state, body, access).await

@@ -32,6 +32,16 @@ impl State {
         self.models.get().unwrap_or(&NO_MODELS)
     }
 
+    /// The model a request names (an id or an alias), or the first model when it names none.
+    pub fn model(&self, name: Option<&str>) -> Option<Arc<ModelInfo>> {
+        let config = self.config();
+        let entry = match name {
+            Some(name) => config.model(name),
+            None => config.models.first(),
+        }?;
+        self.models().get(&entry.id).cloned()
+    }
+
     /// Whether every model of the config is loaded.
     pub fn is_ready(&self) -> bool {
         self.models.get().is_some()

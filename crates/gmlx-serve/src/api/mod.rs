@@ -3,13 +3,17 @@
 mod chat;
 mod completions;
 mod models;
+mod prometheus;
 pub mod reasoning;
 pub mod sse;
+mod tokens;
 pub mod types;
 
 pub use chat::chat;
 pub use completions::completion;
-pub use models::{health, metrics, models};
+pub use models::{health, metrics, model, models};
+pub use prometheus::prometheus;
+pub use tokens::{detokenize, tokenize};
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1,11 +1,30 @@
-//! `GET /v1/models`, `/health`, `/v1/metrics`.
+//! `GET /v1/models`, `GET /v1/models/{id}`, `/health`, `/v1/metrics`.
 use std::collections::BTreeMap;
 
 use hyper::Response;
 
 use super::sse::{self, Body};
 use super::types::*;
+use crate::error::{Error, Result};
 use crate::state::State;
+
+/// `GET /v1/models/{id}`: the card of one model id or alias.
+pub fn model(state: &State, id: &str) -> Result<Response<Body>> {
+    if state.model(Some(id)).is_none() {
+        return Err(Error::UnknownModel {
+            model: id.to_owned(),
+        });
+    }
+    Ok(sse::json(
+        200,
+        &ModelCard {
+            id: id.to_owned(),
+            object: "model",
+            created: 0,
+            owned_by: "gmlx",
+        },
+    ))
+}
 
 pub fn models(state: &State) -> Response<Body> {
     let config = state.config();

@@ -46,6 +46,13 @@ pub fn json(status: u16, value: &impl serde::Serialize) -> Response<Body> {
     r
 }
 
+/// A whole plain-text body (the caller sets its content type).
+pub fn text(status: u16, text: String) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+    r
+}
+
 pub fn stream(rx: Receiver<Bytes>) -> Response<Body> {
     let mut r = Response::new(BodyExt::boxed(ChannelBody(rx)));
     let h = r.headers_mut();
