@@ -725,3 +725,80 @@ fn model_cards_tokenize_detokenize_and_prometheus_metrics() {
         .body
         .contains("# TYPE gmlx_request_duration_seconds histogram"));
 }
+
+#[test]
+fn message_shapes_of_the_openai_spec_and_documented_ranges() {
+    let server = Server::start(&[]);
+    let a = &server.addr;
+    let ask = |messages: serde_json::Value, extra: serde_json::Value| {
+        let mut body =
+            json!({"model": MODEL, "messages": messages, "max_tokens": 4, "temperature": 0});
+        for (k, v) in extra.as_object().expect("object") {
+            body[k] = v.clone();
+        }
+        post(a, "/v1/chat/completions", &body)
+    };
+    let plain = ask(
+        json!([{"role": "user", "content": "Hello there"}]),
+        json!({}),
+    );
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    // a list of text parts is the same message as its joined text
+    let parts = ask(
+        json!([{"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]}]),
+        json!({}),
+    );
+    assert_eq!(parts.status, 200, "{}", parts.body);
+    assert_eq!(
+        parts.json()["choices"][0]["message"]["content"],
+        plain.json()["choices"][0]["message"]["content"]
+    );
+    // developer role, an assistant turn with content null and tool calls, a tool result
+    let turns = json!([
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": "What is 6 times 7?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "multiply", "arguments": "{\"a\": 6, \"b\": 7}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "42"}
+    ]);
+    let r = ask(turns, json!({}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let refused = |r: util::Reply, param: &str| {
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert_eq!(r.json()["error"]["param"], param, "{}", r.body);
+        assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+        assert!(
+            !r.body.contains("template"),
+            "leaks the template engine: {}",
+            r.body
+        );
+    };
+    refused(
+        ask(json!([{"role": "banana", "content": "Hi"}]), json!({})),
+        "messages[0].role",
+    );
+    refused(
+        ask(
+            json!([{"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]),
+            json!({}),
+        ),
+        "messages[0].content[1]",
+    );
+    refused(
+        ask(json!([{"role": "user"}]), json!({})),
+        "messages[0].content",
+    );
+    let hi = json!([{"role": "user", "content": "Hi"}]);
+    refused(ask(hi.clone(), json!({"temperature": 5})), "temperature");
+    refused(ask(hi.clone(), json!({"top_p": 0})), "top_p");
+    refused(
+        ask(hi.clone(), json!({"presence_penalty": -3})),
+        "presence_penalty",
+    );
+    refused(
+        ask(hi.clone(), json!({"frequency_penalty": 2.5})),
+        "frequency_penalty",
+    );
+    refused(ask(hi, json!({"n": 0})), "n");
+}

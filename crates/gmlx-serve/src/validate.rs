@@ -139,10 +139,8 @@ pub fn chat(wire: ChatCompletionRequest, ctx: &Context<'_>) -> Result<Valid> {
         return Err(bad("messages", "is empty"));
     }
     let mut messages = wire.messages;
-    for m in &messages {
-        if !m.is_object() || m.get("role").and_then(|r| r.as_str()).is_none() {
-            return Err(bad("messages", "each message needs a string `role`"));
-        }
+    for (i, m) in messages.iter_mut().enumerate() {
+        normalize_message(i, m)?;
     }
     if let Some(system) = &profile.system_prompt {
         if !messages.iter().any(|m| m["role"] == "system") {
@@ -208,6 +206,105 @@ pub fn completion(wire: CompletionRequest, ctx: &Context<'_>) -> Result<Valid> {
     finish(info, profile, wire.common, prompt, wire.logprobs, None)
 }
 
+/// The roles of OpenAI's chat messages.
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
+/// Checks message `i` and puts it in the shape chat templates expect: `developer` becomes
+/// `system`; a list of text parts becomes one string; a missing or null `content` (an
+/// assistant turn that only calls tools) becomes the empty string. The faulty part is named
+/// in the error (`messages[2].role`), never the template engine's message.
+fn normalize_message(i: usize, m: &mut serde_json::Value) -> Result<()> {
+    let at = |field: &str| format!("messages[{i}].{field}");
+    let Some(obj) = m.as_object_mut() else {
+        return Err(bad(&format!("messages[{i}]"), "must be an object"));
+    };
+    let role = match obj.get("role") {
+        Some(serde_json::Value::String(r)) if ROLES.contains(&r.as_str()) => r.clone(),
+        Some(serde_json::Value::String(r)) => {
+            return Err(bad(
+                &at("role"),
+                &format!("`{r}` is not one of {}", ROLES.join(", ")),
+            ))
+        }
+        _ => return Err(bad(&at("role"), "must be a string")),
+    };
+    if role == "developer" {
+        obj.insert("role".to_owned(), "system".into());
+    }
+    let content = match obj.remove("content") {
+        None | Some(serde_json::Value::Null) => {
+            if role != "assistant" {
+                return Err(bad(&at("content"), "is required for this role"));
+            }
+            String::new()
+        }
+        Some(serde_json::Value::String(text)) => text,
+        Some(serde_json::Value::Array(parts)) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                match part.get("type").and_then(|t| t.as_str()) {
+                    Some("text") => match part.get("text").and_then(|t| t.as_str()) {
+                        Some(t) => text.push_str(t),
+                        None => {
+                            return Err(bad(
+                                &format!("messages[{i}].content[{j}].text"),
+                                "must be a string",
+                            ))
+                        }
+                    },
+                    Some(kind @ ("image_url" | "input_audio" | "file")) => {
+                        return Err(bad(
+                            &format!("messages[{i}].content[{j}]"),
+                            &format!("`{kind}` parts are not supported: the model reads text only"),
+                        ))
+                    }
+                    _ => {
+                        return Err(bad(
+                            &format!("messages[{i}].content[{j}].type"),
+                            "must be `text`",
+                        ))
+                    }
+                }
+            }
+            text
+        }
+        Some(_) => return Err(bad(&at("content"), "must be a string or a list of parts")),
+    };
+    obj.insert("content".to_owned(), content.into());
+    Ok(())
+}
+
+/// OpenAI's documented ranges for the sampling fields a request may set.
+fn check_ranges(common: &CommonParams) -> Result<()> {
+    let within = |param: &str, v: Option<f32>, lo: f32, hi: f32, low_open: bool| match v {
+        Some(x) if x.is_nan() || x > hi || x < lo || (low_open && x == lo) => {
+            let open = if low_open { "(" } else { "[" };
+            Err(bad(param, &format!("{x} is not in {open}{lo}, {hi}]")))
+        }
+        _ => Ok(()),
+    };
+    within("temperature", common.temperature, 0.0, 2.0, false)?;
+    within("top_p", common.top_p, 0.0, 1.0, true)?;
+    within(
+        "presence_penalty",
+        common.presence_penalty,
+        -2.0,
+        2.0,
+        false,
+    )?;
+    within(
+        "frequency_penalty",
+        common.frequency_penalty,
+        -2.0,
+        2.0,
+        false,
+    )?;
+    if common.n == Some(0) {
+        return Err(bad("n", "must be at least 1"));
+    }
+    Ok(())
+}
+
 fn bad(param: &str, reason: &str) -> Error {
     Error::BadParam {
         param: param.to_owned(),
@@ -226,6 +323,7 @@ fn finish(
     if prompt.is_empty() {
         return Err(bad("prompt", "is empty"));
     }
+    check_ranges(&common)?;
     if common.n.is_some_and(|n| n != 1) {
         return Err(bad("n", "only n = 1 is supported"));
     }
