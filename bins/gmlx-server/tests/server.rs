@@ -295,11 +295,7 @@ fn sigterm_finishes_in_flight_requests_and_exits_cleanly() {
         assert!(start.elapsed() < Duration::from_secs(60));
         std::thread::sleep(Duration::from_millis(20));
     }
-    let ok = Command::new("kill")
-        .args(["-TERM", &server.pid().to_string()])
-        .status()
-        .expect("kill");
-    assert!(ok.success());
+    server.signal("TERM");
     let reply = inflight.join().expect("join");
     assert_eq!(reply.status, 200, "{}", reply.body);
     let status = server.child.wait().expect("wait");

@@ -252,6 +252,15 @@ impl ServeConfig {
     }
 
     /// The model entry answering to `name` (an id or an alias).
+    /// The model `name` designates (see [`ServeConfig::model`]), or the first model when a
+    /// request names none.
+    pub fn model_or_first(&self, name: Option<&str>) -> Option<&ModelEntry> {
+        match name {
+            Some(name) => self.model(name),
+            None => self.models.first(),
+        }
+    }
+
     pub fn model(&self, name: &str) -> Option<&ModelEntry> {
         self.models
             .iter()

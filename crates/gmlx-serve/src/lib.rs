@@ -44,7 +44,6 @@ pub fn run(config: ServeConfig) -> Result<()> {
     let state = Arc::new(state::State::new(config));
     let listener = runtime.block_on(http::bind(&state))?;
     let config = state.config();
-    let mut engines = Vec::new();
     let served = runtime.block_on(async {
         let serving = http::serve(Arc::clone(&state), listener);
         tokio::pin!(serving);
@@ -52,10 +51,9 @@ pub fn run(config: ServeConfig) -> Result<()> {
         tokio::select! {
             served = &mut serving => return served,
             loaded = loading => {
-                let (models, started) = loaded.map_err(|e| Error::Engine {
+                let models = loaded.map_err(|e| Error::Engine {
                     reason: format!("the model loader panicked: {e}"),
                 })??;
-                engines = started;
                 state.set_models(models);
                 tracing::info!("ready");
             }
@@ -64,23 +62,21 @@ pub fn run(config: ServeConfig) -> Result<()> {
     });
     // whatever is still in flight after the grace period is cancelled, and every model is
     // freed before the process exits
-    for engine in engines {
-        engine.shutdown();
+    for model in state.models().values() {
+        model.engine.clone().shutdown();
     }
     served
 }
 
 /// Starts an engine per model of `config` (each loads its model on its own thread).
-fn load_models(config: &ServeConfig) -> Result<(state::Models, Vec<Engine>)> {
+fn load_models(config: &ServeConfig) -> Result<state::Models> {
     let options = EngineOptions {
         batch_width: config.batch_width,
         queue_cap: config.queue_cap,
     };
     let mut models = BTreeMap::new();
-    let mut engines = Vec::new();
     for entry in &config.models {
         let engine = Engine::start(&entry.id, &entry.path, entry.adapter.as_deref(), options)?;
-        engines.push(engine.clone());
         let info = validate::ModelInfo::new(entry.clone(), engine)?;
         match &entry.adapter {
             Some(adapter) => tracing::info!(
@@ -93,5 +89,5 @@ fn load_models(config: &ServeConfig) -> Result<(state::Models, Vec<Engine>)> {
         }
         models.insert(entry.id.clone(), Arc::new(info));
     }
-    Ok((models, engines))
+    Ok(models)
 }

@@ -35,10 +35,7 @@ impl State {
     /// The model a request names (an id or an alias), or the first model when it names none.
     pub fn model(&self, name: Option<&str>) -> Option<Arc<ModelInfo>> {
         let config = self.config();
-        let entry = match name {
-            Some(name) => config.model(name),
-            None => config.models.first(),
-        }?;
+        let entry = config.model_or_first(name)?;
         self.models().get(&entry.id).cloned()
     }
 

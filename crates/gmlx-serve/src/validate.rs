@@ -102,10 +102,7 @@ pub struct Context<'a> {
 
 impl Context<'_> {
     fn resolve(&self, common: &CommonParams) -> Result<(Arc<ModelInfo>, Profile)> {
-        let entry = match &common.model {
-            Some(name) => self.config.model(name),
-            None => self.config.models.first(),
-        };
+        let entry = self.config.model_or_first(common.model.as_deref());
         let info =
             entry
                 .and_then(|e| self.models.get(&e.id))

@@ -109,12 +109,7 @@ pub async fn completion(state: &State, body: Bytes, access: &Access) -> Result<R
                     let _ = tx.send(Bytes::from_static(sse::DONE)).await;
                     return;
                 }
-                Some(Event::Failed(e)) => {
-                    // an error event, then the end of the stream
-                    let _ = tx.send(sse::event(&e.body())).await;
-                    let _ = tx.send(Bytes::from_static(sse::DONE)).await;
-                    return;
-                }
+                Some(Event::Failed(e)) => return sse::end_with_error(&tx, &e).await,
                 None => return,
             };
             if tx.send(out).await.is_err() {

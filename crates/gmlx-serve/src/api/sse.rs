@@ -35,6 +35,12 @@ pub fn event(value: &impl serde::Serialize) -> Bytes {
 
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
 
+/// Ends a stream that failed: the error as an event, then `[DONE]`.
+pub async fn end_with_error(tx: &tokio::sync::mpsc::Sender<Bytes>, e: &crate::error::Error) {
+    let _ = tx.send(event(&e.body())).await;
+    let _ = tx.send(Bytes::from_static(DONE)).await;
+}
+
 pub fn json(status: u16, value: &impl serde::Serialize) -> Response<Body> {
     let bytes = serde_json::to_vec(value).unwrap_or_default();
     let mut r = Response::new(Full::new(Bytes::from(bytes)).boxed());
