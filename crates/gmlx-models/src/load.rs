@@ -227,7 +227,7 @@ impl fmt::Display for LoadPlan {
 fn layer_groups(c: &ModelConfig) -> Vec<(String, String)> {
     let mut out: Vec<(usize, usize, String)> = Vec::new();
     for (l, spec) in c.layers.iter().enumerate() {
-        let text = format!("{spec}, cache {}", cache_name(spec.cache_kind()));
+        let text = format!("{spec}, cache {}", spec.cache_kind());
         match out.last_mut() {
             Some((_, end, t)) if *t == text => *end = l,
             _ => out.push((l, l, text)),
@@ -243,11 +243,4 @@ fn layer_groups(c: &ModelConfig) -> Vec<(String, String)> {
             (range, t)
         })
         .collect()
-}
-
-fn cache_name(kind: crate::cache::CacheKind) -> String {
-    match kind {
-        crate::cache::CacheKind::FullKv => "full kv".to_owned(),
-        crate::cache::CacheKind::RotatingKv { window } => format!("rotating kv ({window})"),
-    }
 }

@@ -71,13 +71,8 @@ impl Attention {
         } else {
             let q = self.rope.forward(&q, 0)?;
             let k = self.rope.forward(&k, 0)?;
-            let windowed = self
-                .window
-                .filter(|&w| tokens > w)
-                .map(|w| mask::causal(0, tokens, 0, tokens, Some(w)))
-                .transpose()?;
-            let mask = match &windowed {
-                Some(m) => KeyMask::Array(m.clone()),
+            let mask = match self.window.filter(|&w| tokens > w) {
+                Some(w) => KeyMask::Array(mask::causal(0, tokens, 0, tokens, Some(w))?),
                 None if tokens > 1 => KeyMask::Causal,
                 None => KeyMask::All,
             };

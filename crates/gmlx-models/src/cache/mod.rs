@@ -20,6 +20,15 @@ pub enum CacheKind {
     RotatingKv { window: i32 },
 }
 
+impl std::fmt::Display for CacheKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheKind::FullKv => write!(f, "full kv"),
+            CacheKind::RotatingKv { window } => write!(f, "rotating kv ({window})"),
+        }
+    }
+}
+
 /// The keys and values attention reads after an append, and which of them each new query
 /// may see.
 #[derive(Debug)]
