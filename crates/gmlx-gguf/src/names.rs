@@ -85,6 +85,7 @@ table! {
         AttentionSlidingWindowPattern => "{arch}.attention.sliding_window_pattern",
         AttentionScale => "{arch}.attention.scale",
         AttentionTemperatureScale => "{arch}.attention.temperature_scale",
+        AttentionRecurrentLayers => "{arch}.attention.recurrent_layers",
 
         RopeDimensionCount => "{arch}.rope.dimension_count",
         RopeDimensionSections => "{arch}.rope.dimension_sections",

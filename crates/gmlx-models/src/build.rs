@@ -4,16 +4,19 @@ use std::rc::Rc;
 
 use gmlx_gguf::names::Tensor;
 use gmlx_gguf::GgufFile;
-use gmlx_mlx::Dtype;
+use gmlx_mlx::{Array, Dtype};
 
 use crate::blocks::attention::Attention;
 use crate::blocks::decoder::{Decoder, DecoderLayer, Ffn};
+use crate::blocks::delta_net::{DeltaGates, GatedDeltaNet};
 use crate::blocks::linear::Linear;
 use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::SwiGlu;
-use crate::blocks::moe::{Experts, MoeFfn, ResidentExperts, Router};
+use crate::blocks::moe::{Experts, MoeFfn, ResidentExperts, Router, SharedExpert};
 use crate::blocks::rope::Rope;
-use crate::config::{AttentionSpec, FfnSpec, LayerSpec, MixerSpec, ModelConfig, MoeConfig};
+use crate::config::{
+    AttentionSpec, DeltaNetSpec, FfnSpec, LayerSpec, MixerSpec, ModelConfig, MoeConfig,
+};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::weights::Weights;
@@ -52,6 +55,7 @@ fn decoder(w: &Weights<'_>, config: &ModelConfig) -> Result<Decoder> {
 fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result<DecoderLayer> {
     let mixer = match &spec.mixer {
         MixerSpec::Attention(a) => Mixer::Attention(attention(w, c, l, a)?),
+        MixerSpec::GatedDeltaNet(d) => Mixer::GatedDeltaNet(delta_net(w, c, l, d)?),
     };
     let ffn = match &spec.ffn {
         FfnSpec::Dense { hidden } => Ffn::Dense(dense(w, c, l, *hidden)?),
@@ -85,6 +89,7 @@ fn linear(
 
 fn attention(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &AttentionSpec) -> Result<Attention> {
     let (q_out, kv_out, h) = (a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, c.hidden);
+    let q_rows = if a.output_gate { 2 * q_out } else { q_out };
     let head_norm = |t: Tensor| {
         a.qk_norm
             .then(|| w.rms_norm(&t.weight(l), a.head_dim, c.rms_eps))
@@ -98,7 +103,7 @@ fn attention(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &AttentionSpec) -> R
         })
         .transpose()?;
     Ok(Attention {
-        attn_q: linear(w, Tensor::AttnQ, l, q_out, h, a.bias)?,
+        attn_q: linear(w, Tensor::AttnQ, l, q_rows, h, a.bias)?,
         attn_k: linear(w, Tensor::AttnK, l, kv_out, h, a.bias)?,
         attn_v: linear(w, Tensor::AttnV, l, kv_out, h, a.bias)?,
         attn_output: linear(w, Tensor::AttnOutput, l, h, q_out, a.bias)?,
@@ -110,6 +115,53 @@ fn attention(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &AttentionSpec) -> R
         rope: Rope::new(&a.rope),
         sinks,
         window: a.window,
+        output_gate: a.output_gate,
+    })
+}
+
+/// A float32 vector of `len` (decay parameters, which stay float32 whatever the activations).
+fn f32_vector(w: &Weights<'_>, name: &str, len: i32) -> Result<Array> {
+    Ok(w.array(name, &[len as u64])?.as_dtype(Dtype::Float32)?)
+}
+
+fn delta_net(
+    w: &Weights<'_>,
+    c: &ModelConfig,
+    l: usize,
+    d: &DeltaNetSpec,
+) -> Result<GatedDeltaNet> {
+    let h = c.hidden;
+    let channels = 2 * d.k_heads * d.k_dim + d.v_heads * d.v_dim;
+    let values = d.v_heads * d.v_dim;
+    let gates = if d.fused_gates {
+        DeltaGates::Fused {
+            ssm_ba: linear(w, Tensor::SsmBetaAlpha, l, 2 * d.v_heads, h, false)?,
+        }
+    } else {
+        DeltaGates::Split {
+            ssm_beta: linear(w, Tensor::SsmBeta, l, d.v_heads, h, false)?,
+            ssm_alpha: linear(w, Tensor::SsmAlpha, l, d.v_heads, h, false)?,
+        }
+    };
+    Ok(GatedDeltaNet {
+        attn_qkv: linear(w, Tensor::AttnQkv, l, channels, h, false)?,
+        attn_gate: linear(w, Tensor::AttnGate, l, values, h, false)?,
+        gates,
+        ssm_conv1d: w.array(
+            &Tensor::SsmConv1d.weight(l),
+            &[d.kernel as u64, channels as u64],
+        )?,
+        ssm_dt: f32_vector(w, &Tensor::SsmDt.bias(l), d.v_heads)?,
+        ssm_a: f32_vector(w, &Tensor::SsmA.base(l), d.v_heads)?,
+        ssm_norm: w.rms_norm(&Tensor::SsmNorm.weight(l), d.v_dim, c.rms_eps)?,
+        ssm_out: linear(w, Tensor::SsmOut, l, h, values, false)?,
+        k_heads: d.k_heads,
+        v_heads: d.v_heads,
+        k_dim: d.k_dim,
+        v_dim: d.v_dim,
+        kernel: d.kernel,
+        head_map: d.head_map,
+        eps: c.rms_eps,
     })
 }
 
@@ -156,6 +208,21 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
             ffn_down_exps_b: bias(Tensor::FfnDownExps, h)?,
             activation: m.activation,
         },
-        shared: None,
+        shared: m
+            .shared_expert
+            .map(|s| -> Result<SharedExpert> {
+                Ok(SharedExpert {
+                    mlp: SwiGlu {
+                        ffn_gate: linear(w, Tensor::FfnGateShexp, l, s.ffn, h, false)?,
+                        ffn_up: linear(w, Tensor::FfnUpShexp, l, s.ffn, h, false)?,
+                        ffn_down: linear(w, Tensor::FfnDownShexp, l, h, s.ffn, false)?,
+                    },
+                    ffn_gate_inp_shexp: s
+                        .gated
+                        .then(|| w.vector(&Tensor::FfnGateInpShexp.weight(l), h))
+                        .transpose()?,
+                })
+            })
+            .transpose()?,
     })
 }

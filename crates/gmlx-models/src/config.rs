@@ -22,6 +22,10 @@ pub struct RopeConfig {
     pub freq_factors: Option<Vec<f32>>,
     /// YaRN context extension.
     pub yarn: Option<Yarn>,
+    /// Interleaved multi-section rotary (IMROPE, Qwen3.5): rotating pairs per section (time,
+    /// height, width, extra). A text token has the same position in the first three and 0 in
+    /// the extra one, so the pairs IMROPE gives to the extra section do not rotate.
+    pub sections: Option<[i32; 4]>,
 }
 
 /// YaRN: per-frequency interpolation between the original and the `factor`-stretched
@@ -52,6 +56,16 @@ pub struct MoeConfig {
     pub activation: ExpertActivation,
     /// The router and the experts carry `.bias` tensors (gpt-oss).
     pub biases: bool,
+    /// An always-on SwiGLU expert of this hidden size (`ffn_*_shexp`), beside the routed ones.
+    pub shared_expert: Option<SharedExpertSpec>,
+}
+
+/// The shared expert of an MoE block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedExpertSpec {
+    pub ffn: i32,
+    /// Its output is scaled by `sigmoid(x · ffn_gate_inp_shexp)` (Qwen2-MoE, Qwen3-Next).
+    pub gated: bool,
 }
 
 /// What mixes information across positions in one block.
@@ -59,6 +73,33 @@ pub struct MoeConfig {
 pub enum MixerSpec {
     /// Grouped-query softmax attention with rotary positions.
     Attention(AttentionSpec),
+    /// Linear attention with a recurrent state (Qwen3.5, Qwen3-Next).
+    GatedDeltaNet(DeltaNetSpec),
+}
+
+/// Which key head a value head of a gated DeltaNet reads, when there are more value heads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadMap {
+    /// Value head `h` reads key head `h % k_heads` (Qwen3.5: the converter reorders the
+    /// value heads so).
+    Tiled,
+    /// Value head `h` reads key head `h / (v_heads / k_heads)` (Qwen3-Next).
+    Grouped,
+}
+
+/// One gated DeltaNet layer's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeltaNetSpec {
+    pub k_heads: i32,
+    pub v_heads: i32,
+    pub k_dim: i32,
+    pub v_dim: i32,
+    /// Width of the causal convolution.
+    pub kernel: i32,
+    pub head_map: HeadMap,
+    /// `beta` and `alpha` come from one projection, `ssm_ba` (Qwen3-Next), rather than
+    /// `ssm_beta` and `ssm_alpha`.
+    pub fused_gates: bool,
 }
 
 /// One attention layer's shape and options.
@@ -77,6 +118,9 @@ pub struct AttentionSpec {
     pub sinks: bool,
     /// The projections carry `.bias` tensors.
     pub bias: bool,
+    /// `attn_q` yields, per head, the queries then as many gate logits; the output is
+    /// multiplied by their sigmoid before `attn_output` (Qwen3.5, Qwen3-Next).
+    pub output_gate: bool,
 }
 
 /// The feed-forward half of one block.
@@ -107,6 +151,7 @@ impl LayerSpec {
                 Some(window) => CacheKind::RotatingKv { window },
                 None => CacheKind::FullKv,
             },
+            MixerSpec::GatedDeltaNet(_) => CacheKind::Recurrent,
         }
     }
 }
@@ -123,20 +168,38 @@ impl fmt::Display for LayerSpec {
                 if let Some(w) = a.window {
                     write!(f, ", window {w}")?;
                 }
-                for (on, name) in [(a.qk_norm, "qk-norm"), (a.sinks, "sinks"), (a.bias, "bias")] {
+                let options = [
+                    (a.qk_norm, "qk-norm"),
+                    (a.sinks, "sinks"),
+                    (a.bias, "bias"),
+                    (a.output_gate, "output-gate"),
+                    (a.rope.sections.is_some(), "imrope"),
+                ];
+                for (on, name) in options {
                     if on {
                         write!(f, ", {name}")?;
                     }
                 }
             }
+            MixerSpec::GatedDeltaNet(d) => write!(
+                f,
+                "gated deltanet {}k/{}v x {}/{}, conv {}",
+                d.k_heads, d.v_heads, d.k_dim, d.v_dim, d.kernel
+            )?,
         }
         match &self.ffn {
             FfnSpec::Dense { hidden } => write!(f, " | mlp {hidden}"),
-            FfnSpec::Moe(m) => write!(
-                f,
-                " | moe {} of {} x {}",
-                m.experts_used, m.experts, m.expert_ffn
-            ),
+            FfnSpec::Moe(m) => {
+                write!(
+                    f,
+                    " | moe {} of {} x {}",
+                    m.experts_used, m.experts, m.expert_ffn
+                )?;
+                match m.shared_expert {
+                    Some(s) => write!(f, " + shared {}", s.ffn),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -158,11 +221,12 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
-    /// Edits every layer's attention (the architecture's options, by layer index).
+    /// Edits every attention layer (the architecture's options, by layer index).
     pub fn set_attention(&mut self, edit: impl Fn(usize, &mut AttentionSpec)) {
         for (l, layer) in self.layers.iter_mut().enumerate() {
-            let MixerSpec::Attention(a) = &mut layer.mixer;
-            edit(l, a);
+            if let MixerSpec::Attention(a) = &mut layer.mixer {
+                edit(l, a);
+            }
         }
     }
 
@@ -290,6 +354,7 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
         position_scale,
         freq_factors,
         yarn,
+        sections: None,
     };
     let layers = kv_per_layer
         .iter()
@@ -303,6 +368,7 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
                 qk_norm: false,
                 sinks: false,
                 bias: false,
+                output_gate: false,
             }),
             ffn: FfnSpec::Dense { hidden: ffn_hidden },
             ffn_norm: Tensor::FfnNorm,
@@ -354,7 +420,21 @@ pub fn synth_moe(file: &GgufFile) -> Result<MoeConfig> {
         normalize: true,
         activation: ExpertActivation::SwiGlu,
         biases: false,
+        shared_expert: None,
     })
+}
+
+/// [`synth_moe`] with the sigmoid-gated shared expert of `expert_shared_feed_forward_length`
+/// (Qwen3-Next, Qwen3.5 MoE).
+pub fn synth_moe_with_gated_shared_expert(file: &GgufFile) -> Result<MoeConfig> {
+    let mut moe = synth_moe(file)?;
+    let ffn = positive(
+        file,
+        Kv::ExpertSharedFeedForwardLength,
+        file.get_u32(&Kv::ExpertSharedFeedForwardLength)?,
+    )?;
+    moe.shared_expert = Some(SharedExpertSpec { ffn, gated: true });
+    Ok(moe)
 }
 
 /// The position multiplier of linear scaling, or YaRN's parameters.
@@ -450,6 +530,7 @@ mod tests {
             .iter()
             .map(|l| match &l.mixer {
                 MixerSpec::Attention(a) => a.n_kv_heads,
+                MixerSpec::GatedDeltaNet(_) => 0,
             })
             .collect()
     }

@@ -28,6 +28,7 @@ pub mod config;
 pub mod default_model;
 mod error;
 pub mod generate;
+pub mod invariance;
 mod load;
 mod model;
 pub mod perplexity;

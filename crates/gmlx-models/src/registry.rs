@@ -39,6 +39,21 @@ pub static ARCHES: &[ArchSpec] = &[
         synth: arch::qwen3moe::synth,
         build: build::model,
     },
+    ArchSpec {
+        name: "qwen35",
+        synth: arch::qwen35::synth,
+        build: build::model,
+    },
+    ArchSpec {
+        name: "qwen35moe",
+        synth: arch::qwen35moe::synth,
+        build: build::model,
+    },
+    ArchSpec {
+        name: "qwen3next",
+        synth: arch::qwen3next::synth,
+        build: build::model,
+    },
 ];
 
 impl std::fmt::Debug for ArchSpec {

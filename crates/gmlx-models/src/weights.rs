@@ -107,6 +107,22 @@ impl<'f> Weights<'f> {
         Ok(Array::from_slice(&values, &shape).as_dtype(self.dtype)?)
     }
 
+    /// A `[len]` vector that files store either 1-D or as a one-column matrix (`[len, 1]`,
+    /// as the converter writes `ffn_gate_inp_shexp`).
+    pub fn vector(&self, name: &str, len: i32) -> Result<Array> {
+        let column = [len as u64, 1];
+        let dims: &[u64] = match self.file.tensor(name) {
+            Ok(info) if info.dims == column => &column,
+            _ => &column[..1],
+        };
+        let a = self.array(name, dims)?;
+        if dims.len() == 2 && self.preflight.is_none() {
+            Ok(a.reshape(&[len])?)
+        } else {
+            Ok(a)
+        }
+    }
+
     /// Like [`Weights::matrix`], `None` when the file has no such tensor.
     pub fn optional_matrix(&self, name: &str, rows: i32, cols: i32) -> Result<Option<QuantWeight>> {
         if self.file.has_tensor(name) {

@@ -2,4 +2,7 @@
 pub mod gpt_oss;
 pub mod llama;
 pub mod qwen3;
+pub mod qwen35;
+pub mod qwen35moe;
 pub mod qwen3moe;
+pub mod qwen3next;

@@ -29,6 +29,9 @@ pub struct Attention {
     pub sinks: Option<Array>,
     /// Sliding window: a query sees only the last `window` positions, itself included.
     pub window: Option<i32>,
+    /// `attn_q` also yields per-head gate logits after each head's queries; the output is
+    /// multiplied by their sigmoid (Qwen3.5, Qwen3-Next).
+    pub output_gate: bool,
 }
 
 impl Attention {
@@ -37,16 +40,39 @@ impl Attention {
     pub fn forward(&self, x: &Array, layer: usize, ctx: &mut ForwardCtx<'_, '_>) -> Result<Array> {
         let shape = x.shape();
         let (batch, tokens) = (shape[0], shape[1]);
-        let heads = |w: &Linear, n: i32, norm: Option<&RmsNorm>| -> Result<Array> {
-            let mut h = w.forward(x)?.reshape(&[batch, tokens, n, self.head_dim])?;
-            if let Some(norm) = norm {
-                h = norm.forward(&h)?;
-            }
+        let d = self.head_dim;
+        let heads = |h: Array, norm: Option<&RmsNorm>| -> Result<Array> {
+            let h = match norm {
+                Some(norm) => norm.forward(&h)?,
+                None => h,
+            };
             Ok(h.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let q = heads(&self.attn_q, self.n_heads, self.attn_q_norm.as_ref())?;
-        let k = heads(&self.attn_k, self.n_kv_heads, self.attn_k_norm.as_ref())?;
-        let v = heads(&self.attn_v, self.n_kv_heads, None)?;
+        let projected = |w: &Linear, n: i32, width: i32| -> Result<Array> {
+            Ok(w.forward(x)?.reshape(&[batch, tokens, n, width])?)
+        };
+        let (q, gate) = if self.output_gate {
+            let both = projected(&self.attn_q, self.n_heads, 2 * d)?;
+            let part = |from: i32| {
+                gmlx_mlx::slicing::slice(
+                    &both,
+                    &[0, 0, 0, from],
+                    &[batch, tokens, self.n_heads, from + d],
+                )
+            };
+            (
+                part(0)?,
+                Some(part(d)?.reshape(&[batch, tokens, self.n_heads * d])?),
+            )
+        } else {
+            (projected(&self.attn_q, self.n_heads, d)?, None)
+        };
+        let q = heads(q, self.attn_q_norm.as_ref())?;
+        let k = heads(
+            projected(&self.attn_k, self.n_kv_heads, d)?,
+            self.attn_k_norm.as_ref(),
+        )?;
+        let v = heads(projected(&self.attn_v, self.n_kv_heads, d)?, None)?;
         let out = if ctx.is_cached() {
             let mut outs = Vec::with_capacity(batch as usize);
             for b in 0..batch {
@@ -60,6 +86,7 @@ impl Attention {
                     &of_row(&k)?,
                     &of_row(&v)?,
                     position,
+                    layer,
                     cache,
                 )?);
             }
@@ -78,11 +105,14 @@ impl Attention {
             };
             self.sdpa(&q, &k, &v, &mask)?
         };
-        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
+        let mut out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
             batch,
             tokens,
             self.n_heads * self.head_dim,
         ])?;
+        if let Some(gate) = gate {
+            out = out.multiply(gmlx_mlx::ops::sigmoid(&gate)?)?;
+        }
         self.attn_output.forward(&out)
     }
 
@@ -93,11 +123,14 @@ impl Attention {
         k: &Array,
         v: &Array,
         position: i32,
+        layer: usize,
         cache: &mut LayerCache,
     ) -> Result<Array> {
         let q = self.rope.forward(q, position)?;
         let k = self.rope.forward(k, position)?;
-        let Attended { keys, values, mask } = cache.attend(&k, v, position)?;
+        let Attended { keys, values, mask } = cache
+            .attend(&k, v, position)
+            .ok_or(Error::CacheMismatch { layer })??;
         self.sdpa(&q, &keys, &values, &mask)
     }
 

@@ -73,6 +73,60 @@ impl Linear {
         Ok(y)
     }
 
+    /// Like [`Linear::forward`] in batch-invariant mode (crate::invariance): each row's
+    /// float32 output is an elementwise product reduced over the input features, whose order
+    /// does not depend on the other rows of `x` (a matrix product's may: kernels pick their
+    /// blocking by the number of rows, and MLX folds a batch of one-row products into one).
+    /// Adapters are not applied (routers and gates are not adapter targets).
+    pub fn forward_row_invariant(&self, x: &Array) -> Result<Array> {
+        /// Elements of the `[rows, out, in]` intermediate of one step (64 MiB of float32).
+        const STEP_ELEMENTS: i64 = 1 << 24;
+        let dense;
+        let w = match self.weight.as_dense() {
+            Some(w) => w,
+            None => {
+                dense = self.weight.dequantized()?;
+                &dense
+            }
+        };
+        let (out, features) = (w.shape()[0], w.shape()[1]);
+        let w = w.as_dtype(gmlx_mlx::Dtype::Float32)?.expand_dims(0)?; // [1, out, in]
+        let shape = x.shape().to_vec();
+        let flat = x
+            .as_dtype(gmlx_mlx::Dtype::Float32)?
+            .reshape(&[-1, features])?;
+        let rows = flat.shape()[0];
+        let step =
+            (STEP_ELEMENTS / (i64::from(out) * i64::from(features))).clamp(1, 1 << 20) as i32;
+        let mut parts = Vec::with_capacity(((rows + step - 1) / step).max(1) as usize);
+        for start in (0..rows).step_by(step as usize) {
+            let stop = (start + step).min(rows);
+            let piece = gmlx_mlx::slicing::slice(&flat, &[start, 0], &[stop, features])?;
+            parts.push(piece.expand_dims(1)?.multiply(&w)?.sum_axis(-1, false)?);
+        }
+        let mut y = if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            gmlx_mlx::ops::concatenate(&parts, 0)?
+        };
+        if let Some(bias) = &self.bias {
+            y = y.add(bias.as_dtype(gmlx_mlx::Dtype::Float32)?)?;
+        }
+        let mut out_shape = shape;
+        *out_shape.last_mut().expect("rank >= 1") = out;
+        Ok(y.reshape(&out_shape)?)
+    }
+
+    /// The product batch-invariant mode asks for: [`Linear::forward_row_invariant`] when it
+    /// is on, else [`Linear::forward`].
+    pub fn forward_gate(&self, x: &Array) -> Result<Array> {
+        if crate::invariance::enabled() {
+            self.forward_row_invariant(x)
+        } else {
+            self.forward(x)
+        }
+    }
+
     /// `scale·(x·Aᵀ)·Bᵀ` for an adapter that may differ from the one installed (training
     /// passes its parameters explicitly).
     pub fn lora_delta(&self, x: &Array, lora: &Lora) -> Result<Array> {
@@ -105,5 +159,73 @@ impl Linear {
             out.push(&l.b);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gmlx_mlx::{ops, QuantWeight};
+
+    fn noise(seed: u64, shape: &[i32]) -> Array {
+        gmlx_mlx::mlx_rs::random::normal::<f32>(
+            shape,
+            None,
+            None,
+            &gmlx_mlx::mlx_rs::random::key(seed).expect("key"),
+        )
+        .expect("normal")
+    }
+
+    /// The first `rows` rows of `linear` applied to `x` stacked over `others` rows.
+    fn inside(f: &dyn Fn(&Array) -> Array, x: &Array, others: i32, seed: u64) -> Vec<f32> {
+        let rows = x.shape()[0];
+        let all = ops::concatenate(&[x.clone(), noise(seed, &[others, x.shape()[1]])], 0)
+            .expect("concat");
+        let y = f(&all);
+        let y = gmlx_mlx::slicing::slice(&y, &[0, 0], &[rows, y.shape()[1]]).expect("slice");
+        y.eval().expect("eval");
+        y.as_slice::<f32>().to_vec()
+    }
+
+    /// Router-shaped (128 experts over 1024 features) and gate-shaped (32 heads) products:
+    /// in batch-invariant form, a 5-row sequence's outputs are bitwise the same alone and
+    /// inside products of 7, 64 and 512 rows.
+    #[test]
+    fn row_invariant_products_do_not_depend_on_the_other_rows() {
+        for (out, features) in [(128, 1024), (32, 1024)] {
+            let linear = Linear {
+                weight: QuantWeight::dense("blk.0.ffn_gate_inp.weight", noise(1, &[out, features])),
+                bias: None,
+                lora: None,
+            };
+            let sequence = noise(2, &[5, features]);
+            let invariant = |x: &Array| linear.forward_row_invariant(x).expect("forward");
+            let alone = inside(&invariant, &sequence, 0, 3);
+            for total in [7, 64, 512] {
+                let shared = inside(&invariant, &sequence, total - 5, 4 + total as u64);
+                assert!(
+                    alone
+                        .iter()
+                        .zip(&shared)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "[{out}, {features}]: the rows differ inside a product of {total}"
+                );
+            }
+            // the ordinary product, for the docs: does it depend on the other rows here?
+            let plain = |x: &Array| linear.forward(x).expect("forward");
+            let alone = inside(&plain, &sequence, 0, 3);
+            for total in [7, 64, 512] {
+                let shared = inside(&plain, &sequence, total - 5, 4 + total as u64);
+                let max = alone
+                    .iter()
+                    .zip(&shared)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                println!(
+                    "plain product [{out}, {features}], {total} rows: max |difference| {max:e}"
+                );
+            }
+        }
     }
 }

@@ -4,30 +4,35 @@ use gmlx_mlx::Array;
 
 use crate::blocks::attention::Attention;
 use crate::blocks::context::ForwardCtx;
+use crate::blocks::delta_net::GatedDeltaNet;
 use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
 use crate::error::Result;
 
 #[derive(Debug, Clone)]
 pub enum Mixer {
     Attention(Attention),
+    GatedDeltaNet(GatedDeltaNet),
 }
 
 impl Mixer {
     pub fn forward(&self, x: &Array, layer: usize, ctx: &mut ForwardCtx<'_, '_>) -> Result<Array> {
         match self {
             Mixer::Attention(a) => a.forward(x, layer, ctx),
+            Mixer::GatedDeltaNet(d) => d.forward(x, layer, ctx),
         }
     }
 
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
         match self {
             Mixer::Attention(a) => a.visit(v),
+            Mixer::GatedDeltaNet(d) => d.visit(v),
         }
     }
 
     pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
         match self {
             Mixer::Attention(a) => a.visit_mut(v),
+            Mixer::GatedDeltaNet(d) => d.visit_mut(v),
         }
     }
 }

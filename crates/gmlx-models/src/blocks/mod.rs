@@ -2,6 +2,8 @@
 pub mod attention;
 pub mod context;
 pub mod decoder;
+pub mod delta_net;
+pub mod delta_rule;
 pub mod linear;
 pub mod mask;
 pub mod mixer;

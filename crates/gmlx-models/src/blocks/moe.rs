@@ -40,7 +40,7 @@ pub struct Router {
 impl Router {
     /// `x [n, hidden]` to `(indices [n, k] u32, weights [n, k])`.
     pub fn route(&self, x: &Array) -> Result<(Array, Array)> {
-        let logits = self.ffn_gate_inp.forward(x)?;
+        let logits = self.ffn_gate_inp.forward_gate(x)?;
         let scores = match self.gating {
             Gating::Softmax => ops::softmax_axis(&logits, -1, true)?,
             Gating::Sigmoid => ops::sigmoid(&logits)?,
@@ -188,13 +188,41 @@ impl Experts {
     }
 }
 
-/// A routed MoE feed-forward with optional shared experts.
+/// An always-on dense expert beside the routed ones (Qwen2-MoE / DeepSeek style).
+#[derive(Debug, Clone)]
+pub struct SharedExpert {
+    pub mlp: SwiGlu,
+    /// `[hidden]`: the output is scaled by `sigmoid(x · gate)` per token (Qwen3-Next).
+    pub ffn_gate_inp_shexp: Option<Array>,
+}
+
+impl SharedExpert {
+    /// `x [n, hidden]`.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let out = self.mlp.forward(x)?;
+        match &self.ffn_gate_inp_shexp {
+            Some(gate) => {
+                let logit = x.matmul(gate.expand_dims(-1)?)?; // [n, 1]
+                Ok(out.multiply(ops::sigmoid(&logit)?)?)
+            }
+            None => Ok(out),
+        }
+    }
+
+    pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
+        self.mlp.visit(&mut Frozen(v));
+        if let Some(gate) = &self.ffn_gate_inp_shexp {
+            v.array(gate);
+        }
+    }
+}
+
+/// A routed MoE feed-forward with an optional shared expert.
 #[derive(Debug, Clone)]
 pub struct MoeFfn {
     pub router: Router,
     pub experts: Experts,
-    /// An always-on dense expert (Qwen2-MoE / DeepSeek style).
-    pub shared: Option<SwiGlu>,
+    pub shared: Option<SharedExpert>,
 }
 
 impl MoeFfn {
@@ -220,7 +248,7 @@ impl MoeFfn {
         }
         self.experts.visit(v);
         if let Some(shared) = &self.shared {
-            shared.visit(&mut Frozen(v));
+            shared.visit(v);
         }
     }
 }

@@ -21,9 +21,14 @@ impl Rope {
         let half = (config.dims / 2) as usize;
         let base_period = |i: usize| config.base.powf(2.0 * i as f32 / config.dims as f32);
         let yarn_multiplier = config.yarn.map(|y| yarn_multipliers(config, &y));
-        let periods = (config.freq_factors.is_some() || yarn_multiplier.is_some()).then(|| {
+        let still = config.sections.map(|s| imrope_still_pairs(&s, half));
+        let custom = config.freq_factors.is_some() || yarn_multiplier.is_some() || still.is_some();
+        let periods = custom.then(|| {
             let values: Vec<f32> = (0..half)
                 .map(|i| {
+                    if still.as_ref().is_some_and(|s| s[i]) {
+                        return f32::INFINITY;
+                    }
                     let factor = config.freq_factors.as_ref().map_or(1.0, |f| f[i]);
                     let multiplier = yarn_multiplier.as_ref().map_or(1.0, |m| m[i]);
                     base_period(i) * factor / multiplier
@@ -66,6 +71,20 @@ impl Rope {
             Ok(y.multiply(Array::from_f32(self.mscale))?)
         }
     }
+}
+
+/// The rotating pairs IMROPE gives to the extra section (position 0 for text, so they stay
+/// put): pair `i` is in sector `i % sum(sections)`, and sectors cycle time, height, width
+/// while each of those has pairs left (llama.cpp's `ggml_mrope_cache_init`).
+fn imrope_still_pairs(sections: &[i32; 4], pairs: usize) -> Vec<bool> {
+    let total: i32 = sections.iter().sum();
+    (0..pairs as i32)
+        .map(|i| {
+            let sector = i % total.max(1);
+            let moving = (0..3).any(|s| sector % 3 == s && sector < 3 * sections[s as usize]);
+            !moving
+        })
+        .collect()
 }
 
 /// YaRN's per-pair frequency multiplier: `freq_scale` (= 1 / factor) for the low frequencies,

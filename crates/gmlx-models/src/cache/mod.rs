@@ -1,9 +1,11 @@
 //! Per-sequence state between forward passes: one cache per layer, chosen by the layer's kind
 //! in the model's plan, and the sequence's position (how many tokens it has seen).
 mod full;
+mod recurrent;
 mod rotating;
 
 pub use full::FullKv;
+pub use recurrent::Recurrent;
 pub use rotating::RotatingKv;
 
 use gmlx_mlx::Array;
@@ -18,6 +20,8 @@ pub enum CacheKind {
     /// The last `window` keys and values (sliding-window attention): memory bounded by the
     /// window whatever the sequence's length.
     RotatingKv { window: i32 },
+    /// A recurrent layer's fixed-size state (convolution history and delta-rule state).
+    Recurrent,
 }
 
 impl std::fmt::Display for CacheKind {
@@ -25,6 +29,7 @@ impl std::fmt::Display for CacheKind {
         match self {
             CacheKind::FullKv => write!(f, "full kv"),
             CacheKind::RotatingKv { window } => write!(f, "rotating kv ({window})"),
+            CacheKind::Recurrent => write!(f, "recurrent state"),
         }
     }
 }
@@ -63,6 +68,7 @@ fn buffer_bytes(keys: &Option<Array>, values: &Option<Array>) -> usize {
 pub enum LayerCache {
     FullKv(FullKv),
     RotatingKv(RotatingKv),
+    Recurrent(Recurrent),
 }
 
 impl LayerCache {
@@ -70,15 +76,17 @@ impl LayerCache {
         match kind {
             CacheKind::FullKv => LayerCache::FullKv(FullKv::new()),
             CacheKind::RotatingKv { window } => LayerCache::RotatingKv(RotatingKv::new(window)),
+            CacheKind::Recurrent => LayerCache::Recurrent(Recurrent::default()),
         }
     }
 
     /// Appends the keys and values of `k.shape()[2]` tokens whose first sits at `position`;
-    /// returns what attention reads.
-    pub fn attend(&mut self, k: &Array, v: &Array, position: i32) -> Result<Attended> {
+    /// returns what attention reads; `None` for a cache that holds no keys and values.
+    pub fn attend(&mut self, k: &Array, v: &Array, position: i32) -> Option<Result<Attended>> {
         match self {
-            LayerCache::FullKv(c) => c.attend(k, v, position),
-            LayerCache::RotatingKv(c) => c.attend(k, v, position),
+            LayerCache::FullKv(c) => Some(c.attend(k, v, position)),
+            LayerCache::RotatingKv(c) => Some(c.attend(k, v, position)),
+            LayerCache::Recurrent(_) => None,
         }
     }
 
@@ -87,6 +95,7 @@ impl LayerCache {
         match self {
             LayerCache::FullKv(c) => c.nbytes(),
             LayerCache::RotatingKv(c) => c.nbytes(),
+            LayerCache::Recurrent(c) => c.nbytes(),
         }
     }
 }

@@ -1,0 +1,249 @@
+//! The gated delta rule: a linear-attention state `S [k_dim, v_dim]` per head, decayed by
+//! `exp(g)` and corrected towards each new key/value pair with strength `beta`:
+//!
+//! ```text
+//! S = exp(g_t) · S
+//! S = S + k_t ⊗ beta_t · (v_t − S^T k_t)
+//! o_t = S^T q_t
+//! ```
+//!
+//! Two evaluations of the same recurrence, both in float32: one token at a time (decoding),
+//! and the chunked WY form over 64-token chunks (prefill), whose within-chunk inverse is
+//! computed by forward substitution on the device.
+use gmlx_mlx::{ops, Array, Dtype};
+
+use crate::error::Result;
+
+/// Tokens per chunk of the chunked form (llama.cpp and the reference kernels use 64).
+pub const CHUNK: i32 = 64;
+
+/// The inputs of one scan, already mapped to the value heads: `q`, `k [batch, heads, tokens,
+/// k_dim]` (L2-normed; `q` not yet scaled), `v [batch, heads, tokens, v_dim]`, the log decay
+/// `g` and the write strength `beta`, both `[batch, heads, tokens]`. All float32.
+pub struct ScanInput {
+    pub q: Array,
+    pub k: Array,
+    pub v: Array,
+    pub g: Array,
+    pub beta: Array,
+}
+
+/// `x[..., i, :]` kept as a length-1 axis.
+fn at(x: &Array, axis: i32, i: i32) -> Result<Array> {
+    let shape = x.shape();
+    let axis = if axis < 0 {
+        shape.len() as i32 + axis
+    } else {
+        axis
+    } as usize;
+    let mut start = vec![0; shape.len()];
+    let mut stop = shape.to_vec();
+    start[axis] = i;
+    stop[axis] = i + 1;
+    Ok(gmlx_mlx::slicing::slice(x, &start, &stop)?)
+}
+
+fn scale_q(q: &Array) -> Result<Array> {
+    let k_dim = q.shape()[3];
+    Ok(q.multiply(Array::from_f32(1.0 / (k_dim as f32).sqrt()))?)
+}
+
+/// One token at a time from `state [batch, heads, k_dim, v_dim]`: the outputs `[batch, heads,
+/// tokens, v_dim]` and the final state.
+pub fn recurrent(input: &ScanInput, state: &Array) -> Result<(Array, Array)> {
+    let q = scale_q(&input.q)?;
+    let tokens = q.shape()[2];
+    let mut s = state.clone();
+    let mut outs = Vec::with_capacity(tokens as usize);
+    for t in 0..tokens {
+        let q_t = at(&q, 2, t)?; // [b, h, 1, k]
+        let k_t = at(&input.k, 2, t)?;
+        let v_t = at(&input.v, 2, t)?; // [b, h, 1, v]
+        let g_t = at(&input.g, 2, t)?.expand_dims(-1)?; // [b, h, 1, 1]
+        let beta_t = at(&input.beta, 2, t)?.expand_dims(-1)?;
+        s = s.multiply(g_t.exp()?)?;
+        let remembered = k_t.matmul(&s)?; // [b, h, 1, v]
+        let delta = v_t.subtract(&remembered)?.multiply(&beta_t)?;
+        s = s.add(k_t.transpose_axes(&[0, 1, 3, 2])?.matmul(&delta)?)?;
+        outs.push(q_t.matmul(&s)?);
+    }
+    let out = if outs.len() == 1 {
+        outs.remove(0)
+    } else {
+        ops::concatenate(&outs, 2)?
+    };
+    Ok((out, s))
+}
+
+/// Pads axis 2 (tokens) of `x` with zeros up to `len`.
+fn pad_tokens(x: &Array, len: i32) -> Result<Array> {
+    let shape = x.shape();
+    if shape[2] == len {
+        return Ok(x.clone());
+    }
+    let mut pad_shape = shape.to_vec();
+    pad_shape[2] = len - shape[2];
+    let zeros = ops::zeros_dtype(&pad_shape, Dtype::Float32)?;
+    Ok(ops::concatenate(&[x.clone(), zeros], 2)?)
+}
+
+/// `[chunk, chunk]` float masks: lower triangle with the diagonal, and without it.
+fn triangles() -> Result<(Array, Array)> {
+    let ones = ops::ones::<f32>(&[CHUNK, CHUNK])?;
+    Ok((ops::tril(&ones, 0)?, ops::tril(&ones, -1)?))
+}
+
+/// `(I + L)^-1` for the strictly lower `l [..., chunk, chunk]`, row by row (forward
+/// substitution; MLX's triangular solve runs on the CPU only).
+fn unit_lower_inverse(l: &Array) -> Result<Array> {
+    let mut m = l.negative()?;
+    let rows = ops::eye::<f32>(CHUNK, None, None)?;
+    for i in 1..CHUNK {
+        // row i of the inverse's strictly lower part: -l_i + (-l_i) · m, with rows < i final
+        let row = at(&m, -2, i)?; // [..., 1, chunk]
+        let update = row.matmul(&m)?;
+        let pick = at(&rows, 1, i)?; // [chunk, 1]: one at row i
+        m = m.add(pick.multiply(&update)?)?;
+    }
+    Ok(m.add(&rows)?)
+}
+
+/// The chunked form: equal to [`recurrent`] up to rounding, in `ceil(tokens / 64)` sequential
+/// steps. Padding tokens carry zero keys, values and strength and no decay, so they leave the
+/// state as it is.
+pub fn chunked(input: &ScanInput, state: &Array) -> Result<(Array, Array)> {
+    let shape = input.q.shape();
+    let (batch, heads, tokens, k_dim) = (shape[0], shape[1], shape[2], shape[3]);
+    let v_dim = input.v.shape()[3];
+    let chunks = (tokens + CHUNK - 1) / CHUNK;
+    let padded = chunks * CHUNK;
+    let split = |x: &Array, last: i32| -> Result<Array> {
+        Ok(pad_tokens(x, padded)?.reshape(&[batch, heads, chunks, CHUNK, last])?)
+    };
+    let q = split(&scale_q(&input.q)?, k_dim)?;
+    let k = split(&input.k, k_dim)?;
+    let v = split(&input.v, v_dim)?;
+    let g = split(&input.g.expand_dims(-1)?, 1)?.squeeze_axes(&[-1])?; // [b, h, n, c]
+    let beta = split(&input.beta.expand_dims(-1)?, 1)?; // [b, h, n, c, 1]
+
+    let (lower, strict) = triangles()?;
+    let cum = ops::cumsum(&g, -1, None, None)?; // G_i: decay from the chunk's start to i
+    let last = at(&cum, -1, CHUNK - 1)?; // [b, h, n, 1]
+                                         // exp(G_i - G_j) for j <= i, 0 above the diagonal
+    let diff = cum.expand_dims(-1)?.subtract(cum.expand_dims(-2)?)?;
+    let decay = diff.multiply(&lower)?.exp()?.multiply(&lower)?;
+    let k_t = k.transpose_axes(&[0, 1, 2, 4, 3])?;
+    let k_beta = k.multiply(&beta)?;
+    let l = k_beta.matmul(&k_t)?.multiply(&decay)?.multiply(&strict)?;
+    let inverse = unit_lower_inverse(&l)?;
+    let u = inverse.matmul(&v.multiply(&beta)?)?; // [b, h, n, c, v]
+    let w = inverse.matmul(&k_beta.multiply(cum.exp()?.expand_dims(-1)?)?)?; // [b, h, n, c, k]
+    let qk = q.matmul(&k_t)?.multiply(&decay)?; // [b, h, n, c, c]
+    let q_decayed = q.multiply(cum.exp()?.expand_dims(-1)?)?;
+    let k_to_end = k.multiply(last.subtract(&cum)?.exp()?.expand_dims(-1)?)?;
+    let chunk_decay = last.exp()?.expand_dims(-1)?; // [b, h, n, 1, 1]
+
+    let mut s = state.clone();
+    let mut outs = Vec::with_capacity(chunks as usize);
+    for c in 0..chunks {
+        let pick = |x: &Array| -> Result<Array> { Ok(at(x, 2, c)?.squeeze_axes(&[2])?) };
+        let v_new = pick(&u)?.subtract(pick(&w)?.matmul(&s)?)?; // [b, h, c, v]
+        let inter = pick(&q_decayed)?.matmul(&s)?;
+        outs.push(inter.add(pick(&qk)?.matmul(&v_new)?)?);
+        let write = pick(&k_to_end)?
+            .transpose_axes(&[0, 1, 3, 2])?
+            .matmul(&v_new)?;
+        s = s.multiply(pick(&chunk_decay)?)?.add(&write)?;
+    }
+    let out = if outs.len() == 1 {
+        outs.remove(0)
+    } else {
+        ops::concatenate(&outs, 2)?
+    };
+    let out = gmlx_mlx::slicing::slice(&out, &[0, 0, 0, 0], &[batch, heads, tokens, v_dim])?;
+    Ok((out, s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noise(seed: u64, shape: &[i32]) -> Result<Array> {
+        let key = gmlx_mlx::mlx_rs::random::key(seed)?;
+        Ok(gmlx_mlx::mlx_rs::random::uniform::<_, f32>(
+            -1.0, 1.0, shape, &key,
+        )?)
+    }
+
+    fn l2(x: Array) -> Result<Array> {
+        let norm = x.square()?.sum_axis(-1, true)?.sqrt()?;
+        Ok(x.divide(&norm)?)
+    }
+
+    fn input(tokens: i32, seed: u64) -> Result<ScanInput> {
+        let (b, h, dk, dv) = (2, 3, 16, 8);
+        Ok(ScanInput {
+            q: l2(noise(seed, &[b, h, tokens, dk])?)?,
+            k: l2(noise(seed + 1, &[b, h, tokens, dk])?)?,
+            v: noise(seed + 2, &[b, h, tokens, dv])?,
+            // decays between exp(-1) and 1, as -exp(A)·softplus(..) gives
+            g: noise(seed + 3, &[b, h, tokens])?
+                .subtract(Array::from_f32(1.0))?
+                .multiply(Array::from_f32(0.5))?,
+            beta: ops::sigmoid(&noise(seed + 4, &[b, h, tokens])?.multiply(Array::from_f32(3.0))?)?,
+        })
+    }
+
+    fn max_diff(a: &Array, b: &Array) -> Result<f32> {
+        let d = a.subtract(b)?.abs()?.flatten(None, None)?;
+        d.eval()?;
+        Ok(d.as_slice::<f32>().iter().fold(0.0, |m, &x| m.max(x)))
+    }
+
+    #[test]
+    fn chunked_equals_the_per_token_recurrence_across_chunk_boundaries() -> Result<()> {
+        for tokens in [1, 63, 64, 65, 300] {
+            let x = input(tokens, tokens as u64)?;
+            let start = noise(99, &[2, 3, 16, 8])?.multiply(Array::from_f32(0.3))?;
+            let (o_r, s_r) = recurrent(&x, &start)?;
+            let (o_c, s_c) = chunked(&x, &start)?;
+            assert_eq!(o_c.shape(), o_r.shape(), "{tokens} tokens");
+            let (d_out, d_state) = (max_diff(&o_r, &o_c)?, max_diff(&s_r, &s_c)?);
+            assert!(
+                d_out < 2e-5 && d_state < 2e-5,
+                "{tokens} tokens: outputs differ by {d_out}, states by {d_state}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_scan_split_anywhere_continues_from_its_state() -> Result<()> {
+        let whole = input(130, 7)?;
+        let start = ops::zeros_dtype(&[2, 3, 16, 8], Dtype::Float32)?;
+        let (o_whole, s_whole) = chunked(&whole, &start)?;
+        let part = |x: &Array, from: i32, to: i32| -> Result<Array> {
+            let mut stop = x.shape().to_vec();
+            stop[2] = to;
+            let mut begin = vec![0; stop.len()];
+            begin[2] = from;
+            Ok(gmlx_mlx::slicing::slice(x, &begin, &stop)?)
+        };
+        let span = |from, to| -> Result<ScanInput> {
+            Ok(ScanInput {
+                q: part(&whole.q, from, to)?,
+                k: part(&whole.k, from, to)?,
+                v: part(&whole.v, from, to)?,
+                g: part(&whole.g, from, to)?,
+                beta: part(&whole.beta, from, to)?,
+            })
+        };
+        let (o_a, s_a) = chunked(&span(0, 70)?, &start)?;
+        let (o_b, s_b) = recurrent(&span(70, 71)?, &s_a)?;
+        let (o_c, s_c) = chunked(&span(71, 130)?, &s_b)?;
+        let joined = ops::concatenate(&[o_a, o_b, o_c], 2)?;
+        assert!(max_diff(&joined, &o_whole)? < 2e-5);
+        assert!(max_diff(&s_c, &s_whole)? < 2e-5);
+        Ok(())
+    }
+}

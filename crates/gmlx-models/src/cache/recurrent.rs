@@ -1,0 +1,23 @@
+//! The state of one recurrent (linear-attention) layer for one sequence: the last inputs of
+//! its causal convolution and its float32 delta-rule state. Its size does not grow with the
+//! sequence.
+use gmlx_mlx::Array;
+
+#[derive(Debug, Default)]
+pub struct Recurrent {
+    /// `[1, kernel - 1, channels]`: the convolution's inputs before the next token.
+    pub conv: Option<Array>,
+    /// `[1, heads, k_dim, v_dim]` float32.
+    pub state: Option<Array>,
+}
+
+impl Recurrent {
+    /// Bytes of device memory held.
+    pub fn nbytes(&self) -> usize {
+        [&self.conv, &self.state]
+            .into_iter()
+            .flatten()
+            .map(Array::nbytes)
+            .sum()
+    }
+}
