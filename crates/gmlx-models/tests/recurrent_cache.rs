@@ -1,0 +1,106 @@
+//! The recurrent state of the hybrid gated-DeltaNet models across calls: on the `qwen3next`
+//! fixture (layers 0-1 DeltaNet, layer 2 attention), a sequence fed in pieces of 1, 7, 64 and
+//! 65 tokens (chunked scans that start mid-chunk, single-token recurrences between them)
+//! gives the logits of one pass over the whole sequence; the state stays float32 and its size
+//! does not grow; under bfloat16 activations the state is still float32.
+mod common;
+
+use gmlx_mlx::{Array, Dtype};
+use gmlx_models::cache::LayerCache;
+use gmlx_models::{load, LoadOptions, Logits};
+
+fn fixture(arch: &str, codec: &str) -> (std::path::PathBuf, Vec<u32>) {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(arch);
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("{arch}-{codec}.json"))).expect("golden"),
+    )
+    .expect("golden JSON");
+    (
+        dir.join(format!("{arch}-{codec}.gguf")),
+        common::ids(&golden["sequence"]),
+    )
+}
+
+/// Bytes and dtype of layer `l`'s delta-rule state.
+fn state_of(cache: &gmlx_models::cache::SequenceCache, l: usize) -> (usize, Dtype) {
+    let LayerCache::Recurrent(r) = &cache.layers()[l] else {
+        panic!("layer {l} is a DeltaNet layer");
+    };
+    let state = r.state.as_ref().expect("a state after a pass");
+    (r.nbytes(), state.dtype())
+}
+
+#[test]
+fn pieces_of_any_length_continue_the_recurrent_state_exactly() {
+    let (path, sequence) = fixture("qwen3next", "F16");
+    let loaded = load(&path, &LoadOptions::default()).expect("load");
+    let model = &loaded.model;
+    let whole = common::all_logits(&loaded, &sequence);
+
+    let mut cache = model.new_cache();
+    assert!(matches!(cache.layers()[2], LayerCache::FullKv(_)));
+    let mut at = 0;
+    let mut worst = 0f32;
+    let mut sizes = Vec::new();
+    for len in [1, 7, 64, 1, 65, 3, 100, 1, 1] {
+        let piece = &sequence[at..(at + len).min(sequence.len())];
+        let tokens = Array::from_slice(piece, &[1, piece.len() as i32]);
+        let logits = model
+            .forward(&tokens, &mut cache, Logits::All)
+            .expect("forward");
+        logits.eval().expect("eval");
+        let vocab = logits.shape()[2] as usize;
+        for (i, row) in logits.as_slice::<f32>().chunks(vocab).enumerate() {
+            let d = row
+                .iter()
+                .zip(&whole[at + i])
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            worst = worst.max(d);
+        }
+        at += piece.len();
+        let (bytes, dtype) = state_of(&cache, 0);
+        assert_eq!(dtype, Dtype::Float32);
+        sizes.push(bytes);
+    }
+    assert_eq!(at, 243);
+    assert!(worst < 1e-4, "pieces differ from one pass by {worst}");
+    assert!(
+        sizes.windows(2).all(|w| w[0] == w[1]),
+        "the recurrent state changed size: {sizes:?}"
+    );
+}
+
+#[test]
+fn the_state_stays_float32_under_bfloat16_activations() {
+    let (path, sequence) = fixture("qwen35", "Q8_0");
+    let options = LoadOptions {
+        dtype: Dtype::Bfloat16,
+        ..LoadOptions::default()
+    };
+    let loaded = load(&path, &options).expect("load");
+    let mut cache = loaded.model.new_cache();
+    let tokens = Array::from_slice(&sequence[..100], &[1, 100]);
+    let logits = loaded
+        .model
+        .forward(&tokens, &mut cache, Logits::Last)
+        .expect("forward");
+    logits.eval().expect("eval");
+    for layer in [0, 1] {
+        assert_eq!(state_of(&cache, layer).1, Dtype::Float32, "layer {layer}");
+    }
+    // the bfloat16 run still predicts what the float32 one does at the end of the prefix
+    let exact = common::all_logits(
+        &load(&path, &LoadOptions::default()).expect("load"),
+        &sequence[..100],
+    );
+    let ours = logits.as_dtype(Dtype::Float32).expect("f32");
+    let ours = ours.flatten(None, None).expect("flatten");
+    ours.eval().expect("eval");
+    assert_eq!(
+        gmlx_models::sample::argmax(ours.as_slice::<f32>()),
+        gmlx_models::sample::argmax(&exact[99]),
+    );
+}
