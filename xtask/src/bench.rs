@@ -11,8 +11,10 @@ pub fn run(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("mlx") => mlx(&args[1..]),
         Some("serve") => serve(&args[1..]),
+        Some("gguf") => crate::bench_gguf::run(&args[1..]),
         other => bail!(
-            "usage: cargo xtask bench mlx [--size N --reps R] | serve [--tokens N --streams 1,2,4,8] (got {other:?})"
+            "usage: cargo xtask bench mlx [--size N --reps R] | serve [--tokens N --streams 1,2,4,8] \
+             | gguf FILE|SHAPE [--prompt N --decode N --threads N] (got {other:?})"
         ),
     }
 }
@@ -47,7 +49,7 @@ fn cargo_bench(package: &str, bench: &str, name: &str, extra: &[String]) -> Resu
     Ok(())
 }
 
-fn save(name: &str, json: &str) -> Result<()> {
+pub(crate) fn save(name: &str, json: &str) -> Result<()> {
     let date = std::process::Command::new("date")
         .arg("+%Y-%m-%d")
         .output()?;

@@ -57,7 +57,7 @@ fn fixture_venv(root: &Path, cache: &Path) -> Result<PathBuf> {
 
 /// A llama.cpp build's `bin/` holding `llama-quantize` and `libllama.so`; configured and built
 /// with cmake (CPU, Release, shared libraries) when they are missing.
-fn llama_cpp_build(cache: &Path, sources: &Path) -> Result<PathBuf> {
+pub(crate) fn llama_cpp_build(cache: &Path, sources: &Path) -> Result<PathBuf> {
     let build = std::env::var_os("GMLX_LLAMA_CPP_BUILD")
         .map(PathBuf::from)
         .unwrap_or_else(|| cache.join("llama.cpp-build"));

@@ -5,7 +5,9 @@
 //!   then `examples/embed` (an application outside the workspace) built and run.
 //! - `lint`: `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`.
 //! - `bench mlx`: MLX CPU matmul GFLOP/s with the BLAS in use next to the wheel's reference BLAS.
+//! - `bench gguf FILE|SHAPE`: `gmlx run --bench` next to llama.cpp's `llama-bench` on one file.
 mod bench;
+mod bench_gguf;
 mod certify;
 mod fixtures;
 mod setup;
