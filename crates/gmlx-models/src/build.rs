@@ -8,7 +8,7 @@ use gmlx_mlx::{Array, Dtype};
 
 use crate::blocks::attention::Attention;
 use crate::blocks::decoder::{Decoder, DecoderLayer, Ffn};
-use crate::blocks::delta_net::{DeltaGates, GatedDeltaNet};
+use crate::blocks::delta_net::{DeltaGates, DeltaInput, GatedDeltaNet};
 use crate::blocks::linear::Linear;
 use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::SwiGlu;
@@ -143,9 +143,18 @@ fn delta_net(
             ssm_alpha: linear(w, Tensor::SsmAlpha, l, d.v_heads, h, false)?,
         }
     };
+    let input = if d.fused_input {
+        DeltaInput::Fused {
+            ssm_in: linear(w, Tensor::SsmIn, l, channels + values, h, false)?,
+        }
+    } else {
+        DeltaInput::Split {
+            attn_qkv: linear(w, Tensor::AttnQkv, l, channels, h, false)?,
+            attn_gate: linear(w, Tensor::AttnGate, l, values, h, false)?,
+        }
+    };
     Ok(GatedDeltaNet {
-        attn_qkv: linear(w, Tensor::AttnQkv, l, channels, h, false)?,
-        attn_gate: linear(w, Tensor::AttnGate, l, values, h, false)?,
+        input,
         gates,
         ssm_conv1d: w.array(
             &Tensor::SsmConv1d.weight(l),

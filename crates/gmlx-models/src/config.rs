@@ -100,6 +100,9 @@ pub struct DeltaNetSpec {
     /// `beta` and `alpha` come from one projection, `ssm_ba` (Qwen3-Next), rather than
     /// `ssm_beta` and `ssm_alpha`.
     pub fused_gates: bool,
+    /// Queries, keys, values and the output gate come from one projection, `ssm_in`, grouped
+    /// by key head (Qwen3-Next files converted before the split into `attn_qkv`/`attn_gate`).
+    pub fused_input: bool,
 }
 
 /// One attention layer's shape and options.
@@ -181,11 +184,16 @@ impl fmt::Display for LayerSpec {
                     }
                 }
             }
-            MixerSpec::GatedDeltaNet(d) => write!(
-                f,
-                "gated deltanet {}k/{}v x {}/{}, conv {}",
-                d.k_heads, d.v_heads, d.k_dim, d.v_dim, d.kernel
-            )?,
+            MixerSpec::GatedDeltaNet(d) => {
+                write!(
+                    f,
+                    "gated deltanet {}k/{}v x {}/{}, conv {}",
+                    d.k_heads, d.v_heads, d.k_dim, d.v_dim, d.kernel
+                )?;
+                if d.fused_input {
+                    write!(f, ", fused ssm_in")?;
+                }
+            }
         }
         match &self.ffn {
             FfnSpec::Dense { hidden } => write!(f, " | mlp {hidden}"),

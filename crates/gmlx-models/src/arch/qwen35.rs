@@ -119,6 +119,7 @@ fn delta_net(file: &GgufFile, head_map: HeadMap) -> Result<DeltaNetSpec> {
         kernel,
         head_map,
         fused_gates: false,
+        fused_input: false,
     })
 }
 

@@ -14,6 +14,17 @@ use crate::error::{Error, Result};
 
 pub use crate::config::HeadMap;
 
+/// Where the queries, keys, values and output gate come from.
+#[derive(Debug, Clone)]
+pub enum DeltaInput {
+    /// `attn_qkv` (`[2·k_heads·k_dim + v_heads·v_dim, hidden]`: queries, keys, values, in that
+    /// order) and `attn_gate` (`[v_heads·v_dim, hidden]`: `z`).
+    Split { attn_qkv: Linear, attn_gate: Linear },
+    /// `ssm_in`: per key head, its queries, keys, and its value heads' values then gates
+    /// (Qwen3-Next files converted before the split).
+    Fused { ssm_in: Linear },
+}
+
 /// Where `beta` and `alpha` come from.
 #[derive(Debug, Clone)]
 pub enum DeltaGates {
@@ -25,10 +36,7 @@ pub enum DeltaGates {
 
 #[derive(Debug, Clone)]
 pub struct GatedDeltaNet {
-    /// `[2·k_heads·k_dim + v_heads·v_dim, hidden]`: queries, keys, values, in that order.
-    pub attn_qkv: Linear,
-    /// `[v_heads·v_dim, hidden]`: the output gate `z`.
-    pub attn_gate: Linear,
+    pub input: DeltaInput,
     pub gates: DeltaGates,
     /// `[channels, kernel]` depthwise convolution weights.
     pub ssm_conv1d: Array,
@@ -72,6 +80,35 @@ fn softplus(x: &Array) -> Result<Array> {
 impl GatedDeltaNet {
     fn channels(&self) -> i32 {
         2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+    }
+
+    /// The convolution's input `[batch, tokens, channels]` (queries, keys, values of all
+    /// heads, in that order) and the output gate `z [batch, tokens, v_heads·v_dim]`.
+    fn qkv_z(&self, x: &Array) -> Result<(Array, Array)> {
+        match &self.input {
+            DeltaInput::Split {
+                attn_qkv,
+                attn_gate,
+            } => Ok((attn_qkv.forward(x)?, attn_gate.forward(x)?)),
+            DeltaInput::Fused { ssm_in } => {
+                let (batch, tokens) = (x.shape()[0], x.shape()[1]);
+                let values = self.v_heads / self.k_heads * self.v_dim;
+                let per_head = 2 * self.k_dim + 2 * values;
+                let y = ssm_in
+                    .forward(x)?
+                    .reshape(&[batch, tokens, self.k_heads, per_head])?;
+                let part = |from: i32, width: i32| -> Result<Array> {
+                    Ok(slice_last(&y, from, from + width)?.reshape(&[
+                        batch,
+                        tokens,
+                        self.k_heads * width,
+                    ])?)
+                };
+                let k = self.k_dim;
+                let qkv = ops::concatenate(&[part(0, k)?, part(k, k)?, part(2 * k, values)?], 2)?;
+                Ok((qkv, part(2 * k + values, values)?))
+            }
+        }
     }
 
     /// `beta` (after its sigmoid) and the raw `alpha`, each `[batch, tokens, v_heads]`.
@@ -148,8 +185,7 @@ impl GatedDeltaNet {
         let channels = self.channels();
         let (history, state) = self.load_states(layer, batch, ctx, dtype)?;
 
-        let qkv = self.attn_qkv.forward(x)?;
-        let z = self.attn_gate.forward(x)?;
+        let (qkv, z) = self.qkv_z(x)?;
         let (beta, alpha) = self.beta_alpha(x)?;
         let (mixed, history) = self.convolve(&qkv, &history)?;
         let key_width = self.k_heads * self.k_dim;
@@ -266,8 +302,16 @@ impl GatedDeltaNet {
 
     /// Its weights: the projections (adaptable), then the convolution, decay and norm.
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
-        v.linear(&self.attn_qkv);
-        v.linear(&self.attn_gate);
+        match &self.input {
+            DeltaInput::Split {
+                attn_qkv,
+                attn_gate,
+            } => {
+                v.linear(attn_qkv);
+                v.linear(attn_gate);
+            }
+            DeltaInput::Fused { ssm_in } => v.linear(ssm_in),
+        }
         match &self.gates {
             DeltaGates::Split {
                 ssm_beta,
@@ -290,8 +334,16 @@ impl GatedDeltaNet {
     }
 
     pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
-        v.linear(&mut self.attn_qkv);
-        v.linear(&mut self.attn_gate);
+        match &mut self.input {
+            DeltaInput::Split {
+                attn_qkv,
+                attn_gate,
+            } => {
+                v.linear(attn_qkv);
+                v.linear(attn_gate);
+            }
+            DeltaInput::Fused { ssm_in } => v.linear(ssm_in),
+        }
         match &mut self.gates {
             DeltaGates::Split {
                 ssm_beta,
