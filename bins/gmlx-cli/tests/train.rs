@@ -468,3 +468,65 @@ fn an_interrupted_run_exits_130_and_leaves_nothing_behind() {
     assert_eq!(listing(&dir), vec!["data".to_owned()], "{seen}");
     std::fs::remove_dir_all(&dir).expect("rm");
 }
+
+/// The hybrid gated-DeltaNet and MoE fixtures train (gradients through the chunked scan, the
+/// routers' discrete choice left out of the tape) and the adapter changes what `gmlx run`
+/// generates with it.
+#[test]
+fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+    for arch in ["qwen35", "qwen35moe", "qwen3next", "qwen3moe"] {
+        let model = format!("{fixtures}/{arch}/{arch}-Q8_0.gguf");
+        let dir = scratch(&format!("fixture-{arch}"));
+        let out_dir = format!("{}/adapters/", dir.display());
+        let t = gmlx(&[
+            "train",
+            &model,
+            "--data",
+            &data_dir(),
+            "--adapter-out",
+            &out_dir,
+            "--rank",
+            "8",
+            "--iters",
+            "12",
+            "--batch-size",
+            "2",
+            "--learning-rate",
+            "1e-2",
+            "--val-every",
+            "0",
+            "--seed",
+            "1",
+        ]);
+        let log = stderr(&t);
+        assert!(t.status.success(), "{arch}: {log}");
+        let adapter = format!("{out_dir}adapter.gguf");
+        let run = |with_adapter: bool| -> String {
+            let mut args = vec![
+                "run",
+                &model,
+                "--raw",
+                "--prompt",
+                "The capital of Zorbania is",
+                "-n",
+                "8",
+                "--temperature",
+                "0",
+                "--ignore-eos",
+            ];
+            if with_adapter {
+                args.extend(["--adapter", &adapter]);
+            }
+            let o = gmlx(&args);
+            assert!(o.status.success(), "{arch}: {}", stderr(&o));
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        assert_ne!(
+            run(false),
+            run(true),
+            "{arch}: the adapter changed nothing\n{log}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

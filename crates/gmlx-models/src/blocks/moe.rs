@@ -54,7 +54,13 @@ impl Router {
         let k = self.top_k;
         // the k largest: partition the negated scores at k - 1, keep the first k
         let order = ops::argpartition_axis(&selection.negative()?, k - 1, -1)?;
-        let indices = gmlx_mlx::slicing::slice(&order, &[0, 0], &[order.shape()[0], k])?;
+        // which experts is a discrete choice: no gradient flows through it (training reaches
+        // the router through the selected weights only)
+        let indices = gmlx_mlx::mlx_rs::stop_gradient(gmlx_mlx::slicing::slice(
+            &order,
+            &[0, 0],
+            &[order.shape()[0], k],
+        )?)?;
         debug_assert!(k <= experts);
         let mut weights = scores.take_along_axis(&indices, -1)?;
         if self.gating == Gating::SoftmaxSelected {
