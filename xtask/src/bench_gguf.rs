@@ -11,6 +11,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::{cargo, fixtures, run_command, setup};
 
+/// The shapes `tools/bench/random_gguf.py` writes.
+const SHAPES: &[&str] = &["qwen35-9b"];
+
 /// Where the random files' tokenizer comes from (any byte-level BPE GGUF does; this one is in
 /// the repository, so the device machine writes the same file).
 const TOKENIZER_SOURCE: &str = "tests/fixtures/qwen35/qwen35-Q8_0.gguf";
@@ -58,6 +61,12 @@ fn model_file(target: &str, sources: &Path, python: &Path) -> Result<PathBuf> {
     let path = PathBuf::from(target);
     if path.is_file() {
         return Ok(path);
+    }
+    if !SHAPES.contains(&target) {
+        bail!(
+            "{target}: no such file, and not a known shape ({})",
+            SHAPES.join(", ")
+        );
     }
     let dir = gmlx_cache::dir().join("bench");
     std::fs::create_dir_all(&dir)?;
@@ -205,7 +214,7 @@ pub fn run(args: &[String]) -> Result<()> {
     );
     let json = serde_json::json!({
         "bench": "gguf", "file": name, "prompt": o.prompt, "decode": o.decode,
-        "threads": o.threads,
+        "llama_cpp_threads": o.threads,
         "llama_cpp": {"prefill_tok_s": l_pre, "decode_tok_s": l_dec},
         "gmlx": {"prefill_tok_s": g_pre, "decode_tok_s": g_dec},
         "gmlx_batch_invariant": {"prefill_tok_s": i_pre},

@@ -4,7 +4,7 @@ use std::rc::Rc;
 
 use gmlx_gguf::names::Tensor;
 use gmlx_gguf::GgufFile;
-use gmlx_mlx::{Array, Dtype};
+use gmlx_mlx::Dtype;
 
 use crate::blocks::attention::Attention;
 use crate::blocks::decoder::{Decoder, DecoderLayer, Ffn};
@@ -119,11 +119,6 @@ fn attention(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &AttentionSpec) -> R
     })
 }
 
-/// A float32 vector of `len` (decay parameters, which stay float32 whatever the activations).
-fn f32_vector(w: &Weights<'_>, name: &str, len: i32) -> Result<Array> {
-    Ok(w.array(name, &[len as u64])?.as_dtype(Dtype::Float32)?)
-}
-
 fn delta_net(
     w: &Weights<'_>,
     c: &ModelConfig,
@@ -160,8 +155,8 @@ fn delta_net(
             &Tensor::SsmConv1d.weight(l),
             &[d.kernel as u64, channels as u64],
         )?,
-        ssm_dt: f32_vector(w, &Tensor::SsmDt.bias(l), d.v_heads)?,
-        ssm_a: f32_vector(w, &Tensor::SsmA.base(l), d.v_heads)?,
+        ssm_dt: w.array_f32(&Tensor::SsmDt.bias(l), &[d.v_heads as u64])?,
+        ssm_a: w.array_f32(&Tensor::SsmA.base(l), &[d.v_heads as u64])?,
         ssm_norm: w.rms_norm(&Tensor::SsmNorm.weight(l), d.v_dim, c.rms_eps)?,
         ssm_out: linear(w, Tensor::SsmOut, l, h, values, false)?,
         k_heads: d.k_heads,

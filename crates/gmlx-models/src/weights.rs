@@ -99,12 +99,18 @@ impl<'f> Weights<'f> {
     /// A dense array of the given GGUF dims (biases, sinks), in the activation dtype, with
     /// the row-major shape (dims reversed).
     pub fn array(&self, name: &str, dims: &[u64]) -> Result<Array> {
+        Ok(self.array_f32(name, dims)?.as_dtype(self.dtype)?)
+    }
+
+    /// Like [`Weights::array`], kept in float32 whatever the activation dtype (parameters
+    /// whose rounding would compound, such as a recurrent layer's decay).
+    pub fn array_f32(&self, name: &str, dims: &[u64]) -> Result<Array> {
         if self.checked(name, dims)?.is_none() {
             return Ok(Array::from_f32(0.0));
         }
         let values = self.file.dequantize(name)?;
         let shape: Vec<i32> = dims.iter().rev().map(|&d| d as i32).collect();
-        Ok(Array::from_slice(&values, &shape).as_dtype(self.dtype)?)
+        Ok(Array::from_slice(&values, &shape))
     }
 
     /// A `[len]` vector that files store either 1-D or as a one-column matrix (`[len, 1]`,

@@ -12,7 +12,15 @@ use crate::error::{Error, Result};
 
 pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
     let mut c = hybrid(file, HeadMap::Tiled)?;
-    let sections = rope_sections(file)?;
+    let pairs = c
+        .layers
+        .iter()
+        .find_map(|l| match &l.mixer {
+            MixerSpec::Attention(a) => Some(a.rope.dims / 2),
+            MixerSpec::GatedDeltaNet(_) => None,
+        })
+        .unwrap_or(0);
+    let sections = rope_sections(file, pairs)?;
     c.set_attention(|_, a| a.rope.sections = Some(sections));
     Ok(c)
 }
@@ -51,7 +59,11 @@ fn bad(file: &GgufFile, key: Kv, reason: String) -> Error {
 /// `full_attention_interval`-th (4 by default), as llama.cpp decides.
 fn recurrent_layers(file: &GgufFile, n_layers: usize) -> Result<Vec<bool>> {
     let meta = file.metadata();
-    if let Ok(flags) = meta.get_array(&Kv::AttentionRecurrentLayers) {
+    let key = meta.resolve(&Kv::AttentionRecurrentLayers)?;
+    if meta.get(&key).is_some() {
+        let flags = meta
+            .get_array(&Kv::AttentionRecurrentLayers)
+            .map_err(|_| bad(file, Kv::AttentionRecurrentLayers, "not an array".into()))?;
         if flags.len() < n_layers {
             return Err(bad(
                 file,
@@ -104,6 +116,18 @@ fn delta_net(file: &GgufFile, head_map: HeadMap) -> Result<DeltaNetSpec> {
             format!("{k_heads} key heads do not divide the {v_heads} value heads"),
         ));
     }
+    // the widths the blocks multiply out must fit the shapes MLX takes
+    let channels = k_heads
+        .checked_mul(k_dim)
+        .and_then(|k| k.checked_mul(2))
+        .and_then(|k| k.checked_add(inner));
+    if channels.is_none() {
+        return Err(bad(
+            file,
+            Kv::SsmStateSize,
+            format!("{k_heads} key heads of {k_dim} and {inner} value features are too large"),
+        ));
+    }
     if inner % v_heads != 0 {
         return Err(bad(
             file,
@@ -123,8 +147,9 @@ fn delta_net(file: &GgufFile, head_map: HeadMap) -> Result<DeltaNetSpec> {
     })
 }
 
-/// `rope.dimension_sections`: four counts of rotating pairs (time, height, width, extra).
-fn rope_sections(file: &GgufFile) -> Result<[i32; 4]> {
+/// `rope.dimension_sections`: four counts of rotating pairs (time, height, width, extra), at
+/// most `pairs` together (llama.cpp asserts the same).
+fn rope_sections(file: &GgufFile, pairs: i32) -> Result<[i32; 4]> {
     let values = file
         .metadata()
         .get_u32_per_layer(&Kv::RopeDimensionSections, 4)
@@ -139,6 +164,14 @@ fn rope_sections(file: &GgufFile) -> Result<[i32; 4]> {
     for (s, v) in sections.iter_mut().zip(values) {
         *s = i32::try_from(v)
             .map_err(|_| bad(file, Kv::RopeDimensionSections, "too large".into()))?;
+    }
+    let total: i64 = sections.iter().map(|&s| i64::from(s)).sum();
+    if total > i64::from(pairs) {
+        return Err(bad(
+            file,
+            Kv::RopeDimensionSections,
+            format!("{total} pairs in all, more than the {pairs} that rotate"),
+        ));
     }
     if sections[..3].iter().all(|&s| s == 0) {
         return Err(bad(

@@ -12,7 +12,7 @@ use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
 use crate::cache::{LayerCache, Recurrent};
 use crate::error::{Error, Result};
 
-pub use crate::config::HeadMap;
+use crate::config::HeadMap;
 
 /// Where the queries, keys, values and output gate come from.
 #[derive(Debug, Clone)]
@@ -220,12 +220,16 @@ impl GatedDeltaNet {
         self.store_states(layer, ctx, &history, &state)?;
 
         // [batch, heads, tokens, v_dim] -> per head: norm, gate, then the output projection
-        let out = out.transpose_axes(&[0, 2, 1, 3])?.as_dtype(dtype)?;
-        let z = z.reshape(&[batch, tokens, self.v_heads, self.v_dim])?;
+        // float32 through the norm and gate, as llama.cpp
+        let out = out.transpose_axes(&[0, 2, 1, 3])?;
+        let z = z
+            .as_dtype(Dtype::Float32)?
+            .reshape(&[batch, tokens, self.v_heads, self.v_dim])?;
         let gated = self
             .ssm_norm
             .forward(&out)?
-            .multiply(z.multiply(ops::sigmoid(&z)?)?)?;
+            .multiply(z.multiply(ops::sigmoid(&z)?)?)?
+            .as_dtype(dtype)?;
         self.ssm_out
             .forward(&gated.reshape(&[batch, tokens, self.v_heads * self.v_dim])?)
     }
@@ -246,7 +250,7 @@ impl GatedDeltaNet {
         let mut states = Vec::with_capacity(batch as usize);
         for row in 0..batch as usize {
             let saved = if ctx.is_cached() {
-                let cache = recurrent(ctx.layer_cache(row, layer), layer)?;
+                let cache = recurrent_cache(ctx.layer_cache(row, layer), layer)?;
                 (cache.conv.clone(), cache.state.clone())
             } else {
                 (None, None)
@@ -293,7 +297,7 @@ impl GatedDeltaNet {
             Ok(gmlx_mlx::slicing::slice(a, &start, &stop)?)
         };
         for b in 0..batch {
-            let cache = recurrent(ctx.layer_cache(b as usize, layer), layer)?;
+            let cache = recurrent_cache(ctx.layer_cache(b as usize, layer), layer)?;
             cache.conv = Some(row_of(history, b)?);
             cache.state = Some(row_of(state, b)?);
         }
@@ -359,7 +363,7 @@ impl GatedDeltaNet {
 }
 
 /// The recurrent state in a layer's cache.
-fn recurrent(cache: Option<&mut LayerCache>, layer: usize) -> Result<&mut Recurrent> {
+fn recurrent_cache(cache: Option<&mut LayerCache>, layer: usize) -> Result<&mut Recurrent> {
     match cache {
         Some(LayerCache::Recurrent(r)) => Ok(r),
         _ => Err(Error::CacheMismatch { layer }),

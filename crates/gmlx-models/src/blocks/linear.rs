@@ -77,7 +77,7 @@ impl Linear {
     /// float32 output is an elementwise product reduced over the input features, whose order
     /// does not depend on the other rows of `x` (a matrix product's may: kernels pick their
     /// blocking by the number of rows, and MLX folds a batch of one-row products into one).
-    /// Adapters are not applied (routers and gates are not adapter targets).
+    /// An installed adapter adds its (ordinary) product.
     pub fn forward_row_invariant(&self, x: &Array) -> Result<Array> {
         /// Elements of the `[rows, out, in]` intermediate of one step (64 MiB of float32).
         const STEP_ELEMENTS: i64 = 1 << 24;
@@ -114,7 +114,14 @@ impl Linear {
         }
         let mut out_shape = shape;
         *out_shape.last_mut().expect("rank >= 1") = out;
-        Ok(y.reshape(&out_shape)?)
+        let y = y.reshape(&out_shape)?;
+        match &self.lora {
+            Some(lora) => Ok(y.add(
+                self.lora_delta(x, lora)?
+                    .as_dtype(gmlx_mlx::Dtype::Float32)?,
+            )?),
+            None => Ok(y),
+        }
     }
 
     /// The product batch-invariant mode asks for: [`Linear::forward_row_invariant`] when it
