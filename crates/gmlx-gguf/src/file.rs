@@ -74,6 +74,19 @@ impl Shard {
 thread_local! {
     static OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
+static OPENED_IN_PROCESS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts one open of a file from disk, for this thread and for the process.
+fn count_open() {
+    OPENED.with(|n| n.set(n.get() + 1));
+    OPENED_IN_PROCESS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Like [`opened_on_this_thread`], over every thread of the process (a server loads each
+/// model on a thread of its own).
+pub fn opened_in_this_process() -> usize {
+    OPENED_IN_PROCESS.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// How many times this thread has opened a GGUF file from disk (`open`, `open_with_limits`,
 /// `open_single`): a check that a load reads each file's header once.
@@ -101,7 +114,7 @@ impl GgufFile {
 
     /// Open with explicit limits.
     pub fn open_with_limits(path: impl AsRef<Path>, limits: &Limits) -> Result<GgufFile> {
-        OPENED.with(|n| n.set(n.get() + 1));
+        count_open();
         let first = Shard::open(path.as_ref(), limits)?;
         let shards = crate::split::collect_shards(first, limits)?;
         Self::from_shards(shards)
@@ -121,7 +134,7 @@ impl GgufFile {
 
     /// Open exactly one file, ignoring `split.*` keys (its tensor table only).
     pub fn open_single(path: impl AsRef<Path>) -> Result<GgufFile> {
-        OPENED.with(|n| n.set(n.get() + 1));
+        count_open();
         let shard = Shard::open(path.as_ref(), &Limits::default())?;
         Self::from_shards(vec![shard])
     }

@@ -44,7 +44,7 @@ pub mod writer;
 
 pub use codec::{dequantize, dequantize_into};
 pub use error::{Error, Result};
-pub use file::{opened_on_this_thread, GgufFile};
+pub use file::{opened_in_this_process, opened_on_this_thread, GgufFile};
 pub use ggml_type::GgmlType;
 pub use metadata::{MetaKey, Metadata};
 pub use reader::{parse_header, Header, Limits, TensorInfo};

@@ -3,14 +3,9 @@
 pub use gmlx_cache::default_model::{path, FILE_NAME};
 pub use gmlx_cache::dir as cache_dir;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The default model's path, downloading it first if needed; pip's progress goes to stderr.
 pub fn fetch() -> Result<std::path::PathBuf> {
-    gmlx_cache::default_model::fetch().map_err(|e| Error::DefaultModel {
-        reason: match e {
-            gmlx_cache::Error::Fetch { reason } => reason,
-            other => other.to_string(),
-        },
-    })
+    Ok(gmlx_cache::default_model::fetch()?)
 }

@@ -45,8 +45,8 @@ pub enum Error {
     #[error("the caches passed have no cache for layer {layer} (made for another model?)")]
     CacheMismatch { layer: usize },
     /// The default model could not be fetched.
-    #[error("could not fetch the default model: {reason}")]
-    DefaultModel { reason: String },
+    #[error(transparent)]
+    DefaultModel(#[from] gmlx_cache::Error),
 }
 
 impl From<gmlx_mlx::mlx_rs::error::Exception> for Error {

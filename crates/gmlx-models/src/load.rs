@@ -2,6 +2,7 @@
 //! architecture, builds the tokenizer and the weights, and makes them resident.
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gmlx_gguf::{GgmlType, GgufFile};
@@ -35,7 +36,8 @@ impl Default for LoadOptions {
 #[derive(Debug)]
 pub struct Loaded {
     pub model: Model,
-    pub tokenizer: Tokenizer,
+    /// Shared, so a server's request handlers tokenize with the same one (`Send + Sync`).
+    pub tokenizer: Arc<Tokenizer>,
     pub path: PathBuf,
     pub device: DeviceKind,
     /// Bytes the weights occupy in memory.
@@ -133,7 +135,7 @@ impl Opened {
         let weight_bytes = model.materialize()?;
         Ok(Loaded {
             model,
-            tokenizer: self.tokenizer,
+            tokenizer: Arc::new(self.tokenizer),
             path: self.path,
             device,
             weight_bytes,

@@ -22,7 +22,7 @@ fn main() {
         .collect();
     let width = streams.iter().copied().max().unwrap_or(8);
     let path = gmlx_models::default_model::fetch().expect("the default model");
-    let engine = Engine::start(
+    let (engine, tokenizer) = Engine::start(
         "bench",
         &path,
         None,
@@ -32,7 +32,6 @@ fn main() {
         },
     )
     .expect("start the engine");
-    let tokenizer = gmlx_models::Tokenizer::from_gguf_path(&path).expect("tokenizer");
     // Never stop early: end-of-generation tokens are biased away.
     let logit_bias: std::collections::BTreeMap<u32, f32> =
         tokenizer.eog_ids().iter().map(|&id| (id, -100.0)).collect();

@@ -1,5 +1,6 @@
 //! `ServeError` and its single mapping to an HTTP status and OpenAI's error body.
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// What can go wrong while configuring or serving.
 #[derive(Debug, thiserror::Error)]
@@ -38,8 +39,25 @@ pub enum Error {
         id: String,
         source: gmlx_models::Error,
     },
-    #[error("model `{id}`: {reason}")]
-    Unsupported { id: String, reason: String },
+    /// A model's chat template (its own, or the `chat_template` file of its entry) does not
+    /// compile.
+    #[error("model `{id}`: chat template: {source}")]
+    ChatTemplate {
+        id: String,
+        source: gmlx_tokenizer::Error,
+    },
+    #[error("model `{id}`: chat template {}: {source}", file.display())]
+    ChatTemplateRead {
+        id: String,
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    /// A model's engine thread ended before it reported its load.
+    #[error("model `{id}`: the engine thread ended while loading")]
+    EngineEnded { id: String },
+    /// The thread that loads the models panicked.
+    #[error("the model loader panicked: {source}")]
+    LoaderPanicked { source: tokio::task::JoinError },
     /// A model's adapter is refused: unreadable, for another base, or not applicable.
     #[error("model `{id}`: adapter {}: {source}", file.display())]
     Adapter {
@@ -68,8 +86,11 @@ pub enum Error {
     ShuttingDown,
     #[error("the prompt needs {needed} tokens; the model's context is {context}")]
     ContextOverflow { needed: usize, context: usize },
-    #[error("generation failed: {reason}")]
-    Engine { reason: String },
+    #[error("generation failed: {source}")]
+    Engine { source: gmlx_models::Error },
+    /// A batched step failed; every row in it gets the one error.
+    #[error("generation failed: {source}")]
+    Batch { source: Arc<Error> },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -150,9 +171,7 @@ impl From<gmlx_models::Error> for Error {
                 param: name.to_owned(),
                 reason,
             },
-            other => Error::Engine {
-                reason: other.to_string(),
-            },
+            source => Error::Engine { source },
         }
     }
 }

@@ -51,9 +51,7 @@ pub fn run(config: ServeConfig) -> Result<()> {
         tokio::select! {
             served = &mut serving => return served,
             loaded = loading => {
-                let models = loaded.map_err(|e| Error::Engine {
-                    reason: format!("the model loader panicked: {e}"),
-                })??;
+                let models = loaded.map_err(|source| Error::LoaderPanicked { source })??;
                 state.set_models(models);
                 tracing::info!("ready");
             }
@@ -68,16 +66,19 @@ pub fn run(config: ServeConfig) -> Result<()> {
     served
 }
 
-/// Starts an engine per model of `config` (each loads its model on its own thread).
-fn load_models(config: &ServeConfig) -> Result<state::Models> {
+/// Starts an engine per model of `config` (each loads its model on its own thread, opening
+/// its file once: plan, weights, adapter check and the tokenizer the handlers use come from
+/// that one open).
+pub fn load_models(config: &ServeConfig) -> Result<state::Models> {
     let options = EngineOptions {
         batch_width: config.batch_width,
         queue_cap: config.queue_cap,
     };
     let mut models = BTreeMap::new();
     for entry in &config.models {
-        let engine = Engine::start(&entry.id, &entry.path, entry.adapter.as_deref(), options)?;
-        let info = validate::ModelInfo::new(entry.clone(), engine)?;
+        let (engine, tokenizer) =
+            Engine::start(&entry.id, &entry.path, entry.adapter.as_deref(), options)?;
+        let info = validate::ModelInfo::new(entry.clone(), engine, tokenizer)?;
         match &entry.adapter {
             Some(adapter) => tracing::info!(
                 "model `{}` loaded from {} with adapter {}",

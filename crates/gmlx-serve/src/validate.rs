@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 /// A loaded model as the HTTP side sees it: tokenizer and template, never MLX.
 pub struct ModelInfo {
     pub entry: ModelEntry,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
     /// The template marks reasoning with `<think>`.
     pub thinking_tags: bool,
@@ -22,20 +22,19 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
-    /// The tokenizer and chat template of a model whose engine is running.
-    pub fn new(entry: ModelEntry, engine: Engine) -> Result<ModelInfo> {
-        let bad = |reason: String| Error::Unsupported {
-            id: entry.id.clone(),
-            reason,
-        };
-        let tokenizer = Tokenizer::from_gguf_path(&entry.path).map_err(|e| bad(e.to_string()))?;
-        let source = match &entry.chat_template {
-            Some(file) => Some(
-                std::fs::read_to_string(file)
-                    .map_err(|e| bad(format!("chat template {}: {e}", file.display())))?,
-            ),
-            None => tokenizer.chat_template_source("default").map(str::to_owned),
-        };
+    /// The chat template of a model whose engine is running, beside the tokenizer of its load.
+    pub fn new(entry: ModelEntry, engine: Engine, tokenizer: Arc<Tokenizer>) -> Result<ModelInfo> {
+        let source =
+            match &entry.chat_template {
+                Some(file) => Some(std::fs::read_to_string(file).map_err(|source| {
+                    Error::ChatTemplateRead {
+                        id: entry.id.clone(),
+                        file: file.clone(),
+                        source,
+                    }
+                })?),
+                None => tokenizer.chat_template_source("default").map(str::to_owned),
+            };
         let text = |id: Option<TokenId>| {
             id.and_then(|i| tokenizer.token_text(i).ok())
                 .unwrap_or("")
@@ -50,7 +49,10 @@ impl ModelInfo {
                     &text(tokenizer.eos_id()),
                     Clock::SystemUtc,
                 )
-                .map_err(|e| bad(e.to_string()))?,
+                .map_err(|source| Error::ChatTemplate {
+                    id: entry.id.clone(),
+                    source,
+                })?,
             ),
             None => None,
         };

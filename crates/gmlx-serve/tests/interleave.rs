@@ -11,8 +11,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 #[test]
 fn running_streams_keep_streaming_while_a_long_prompt_prefills() {
     let path = gmlx_models::default_model::fetch().expect("the default model");
-    let tokenizer = gmlx_models::Tokenizer::from_gguf_path(&path).expect("tokenizer");
-    let engine = Engine::start(
+    let (engine, tokenizer) = Engine::start(
         "interleave",
         &path,
         None,

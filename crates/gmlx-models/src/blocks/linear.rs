@@ -184,23 +184,31 @@ mod tests {
         .expect("normal")
     }
 
-    /// The first `rows` rows of `linear` applied to `x` stacked over `others` rows.
-    fn inside(f: &dyn Fn(&Array) -> Array, x: &Array, others: i32, seed: u64) -> Vec<f32> {
-        let rows = x.shape()[0];
-        let all = ops::concatenate(&[x.clone(), noise(seed, &[others, x.shape()[1]])], 0)
-            .expect("concat");
-        let y = f(&all);
-        let y = gmlx_mlx::slicing::slice(&y, &[0, 0], &[rows, y.shape()[1]]).expect("slice");
+    /// `x`'s rows of `f` over `x` stacked between `before` and `after` other rows.
+    fn inside(f: &dyn Fn(&Array) -> Array, x: &Array, before: i32, after: i32) -> Vec<f32> {
+        let (rows, width) = (x.shape()[0], x.shape()[1]);
+        let mut parts = Vec::new();
+        if before > 0 {
+            parts.push(noise(10 + before as u64, &[before, width]));
+        }
+        parts.push(x.clone());
+        if after > 0 {
+            parts.push(noise(20 + after as u64, &[after, width]));
+        }
+        let y = f(&ops::concatenate(&parts, 0).expect("concat"));
+        let y = gmlx_mlx::slicing::slice(&y, &[before, 0], &[before + rows, y.shape()[1]])
+            .expect("slice");
         y.eval().expect("eval");
         y.as_slice::<f32>().to_vec()
     }
 
-    /// Router-shaped (128 experts over 1024 features) and gate-shaped (32 heads) products:
-    /// in batch-invariant form, a 5-row sequence's outputs are bitwise the same alone and
-    /// inside products of 7, 64 and 512 rows.
+    /// Router-shaped (128 experts over 1024 features) and gate-shaped (32 heads over 1024
+    /// and 4096) products: in batch-invariant form, a 5-row sequence's outputs are bitwise
+    /// the same alone and inside products of 7, 64 and 512 rows, at the start, in the middle
+    /// and at the end.
     #[test]
     fn row_invariant_products_do_not_depend_on_the_other_rows() {
-        for (out, features) in [(128, 1024), (32, 1024)] {
+        for (out, features) in [(128, 1024), (32, 1024), (32, 4096)] {
             let linear = Linear {
                 weight: QuantWeight::dense("blk.0.ffn_gate_inp.weight", noise(1, &[out, features])),
                 bias: None,
@@ -208,22 +216,25 @@ mod tests {
             };
             let sequence = noise(2, &[5, features]);
             let invariant = |x: &Array| linear.forward_row_invariant(x).expect("forward");
-            let alone = inside(&invariant, &sequence, 0, 3);
+            let alone = inside(&invariant, &sequence, 0, 0);
             for total in [7, 64, 512] {
-                let shared = inside(&invariant, &sequence, total - 5, 4 + total as u64);
-                assert!(
-                    alone
-                        .iter()
-                        .zip(&shared)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "[{out}, {features}]: the rows differ inside a product of {total}"
-                );
+                for before in [0, (total - 5) / 2, total - 5] {
+                    let shared = inside(&invariant, &sequence, before, total - 5 - before);
+                    assert!(
+                        alone
+                            .iter()
+                            .zip(&shared)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "[{out}, {features}]: the rows differ inside a product of {total} \
+                         after {before} other rows"
+                    );
+                }
             }
             // the ordinary product, for the docs: does it depend on the other rows here?
             let plain = |x: &Array| linear.forward(x).expect("forward");
-            let alone = inside(&plain, &sequence, 0, 3);
+            let alone = inside(&plain, &sequence, 0, 0);
             for total in [7, 64, 512] {
-                let shared = inside(&plain, &sequence, total - 5, 4 + total as u64);
+                let shared = inside(&plain, &sequence, 0, total - 5);
                 let max = alone
                     .iter()
                     .zip(&shared)

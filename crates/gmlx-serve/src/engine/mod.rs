@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
+use gmlx_tokenizer::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::error::{Error, Result};
@@ -78,14 +79,15 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// Starts the scheduler thread, which loads the model at `path` and applies `adapter`
     /// (a LoRA adapter in llama.cpp's format, computed live beside the quantized base);
-    /// returns once it is loaded. The adapter is checked against the base's header before any
-    /// weight loads. `id` names the model in errors.
+    /// returns once it is loaded, with the tokenizer of that one load (the file is opened
+    /// once). The adapter is checked against the base's header before any weight loads. `id`
+    /// names the model in errors.
     pub fn start(
         id: &str,
         path: &Path,
         adapter: Option<&Path>,
         options: EngineOptions,
-    ) -> Result<Engine> {
+    ) -> Result<(Engine, Arc<Tokenizer>)> {
         let adapter = adapter.map(Path::to_owned);
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -104,20 +106,25 @@ impl Engine {
                     }
                 };
                 let config = loaded.config();
-                let _ = ready_tx.send(Ok((config.vocab as usize, config.context_length)));
+                let _ = ready_tx.send(Ok((
+                    config.vocab as usize,
+                    config.context_length,
+                    Arc::clone(&loaded.tokenizer),
+                )));
                 scheduler::run(&loaded, rx, &thread_shared, options);
             })?;
-        let (vocab, context) = ready_rx.recv().map_err(|_| Error::Engine {
-            reason: "the engine thread ended while loading".to_owned(),
-        })??;
-        Ok(Engine {
+        let (vocab, context, tokenizer) = ready_rx
+            .recv()
+            .map_err(|_| Error::EngineEnded { id: id.to_owned() })??;
+        let engine = Engine {
             tx,
             thread: Arc::new(Mutex::new(Some(thread))),
             shared,
             options,
             vocab,
             context,
-        })
+        };
+        Ok((engine, tokenizer))
     }
 
     pub fn vocab(&self) -> usize {

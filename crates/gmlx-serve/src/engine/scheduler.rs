@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
 use std::time::Instant;
 
 use gmlx_models::generate::host_logits;
@@ -96,9 +97,10 @@ pub(crate) fn run(
             continue;
         }
         if let Err(e) = step(loaded, &mut rows, shared) {
+            let source = Arc::new(e);
             for row in rows.drain(..) {
-                let _ = row.sink.send(Event::Failed(Error::Engine {
-                    reason: e.to_string(),
+                let _ = row.sink.send(Event::Failed(Error::Batch {
+                    source: Arc::clone(&source),
                 }));
             }
         }
