@@ -39,6 +39,7 @@ pub fn perplexity(args: PerplexityArgs) -> Result<(), Failure> {
     let loaded = opened.load(&LoadOptions {
         device: args.device.into(),
         dtype: args.dtype.into(),
+        ..LoadOptions::default()
     })?;
     let mut tokens = loaded.tokenizer.encode(&text, true, false)?;
     tokens.truncate(args.ctx.min(loaded.config().context_length));

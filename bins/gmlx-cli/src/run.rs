@@ -137,7 +137,11 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         path.display(),
         opened.config().arch
     );
-    let mut loaded = opened.load(&LoadOptions { device, dtype })?;
+    let mut loaded = opened.load(&LoadOptions {
+        device,
+        dtype,
+        ..LoadOptions::default()
+    })?;
     if let Some(adapter) = &adapter {
         gmlx_models::adapter::apply(&mut loaded.model, adapter, args.adapter_scale)?;
         eprintln!(

@@ -222,6 +222,14 @@ impl GgufFile {
         }
     }
 
+    /// Where a tensor's bytes lie on disk, for positional reads outside the memory map: the
+    /// index of its shard, that file's path, and the offset of its first byte in it.
+    pub fn tensor_location(&self, info: &TensorInfo) -> Option<(usize, &Path, u64)> {
+        let shard = self.shards.get(info.shard)?;
+        let offset = shard.header.data_offset.checked_add(info.offset)?;
+        Some((info.shard, shard.path.as_path(), offset))
+    }
+
     /// The raw bytes of a tensor by name.
     pub fn tensor_bytes(&self, name: &str) -> Result<&[u8]> {
         let info = self.tensor(name)?;

@@ -29,6 +29,9 @@ pub enum Error {
     /// The host quantized matmul could not read its operands.
     #[error("CPU quantized matmul: {reason}")]
     HostKernel { reason: String },
+    /// An expert matrix of another form than the stack it is bound into.
+    #[error("tensor {tensor}: an expert of another codec layout than its slots")]
+    SlotForm { tensor: String },
     /// A device name other than `auto`, `cpu` or `gpu`.
     #[error("unknown device {name:?}: expected auto, cpu or gpu")]
     UnknownDevice { name: String },

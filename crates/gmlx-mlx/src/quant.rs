@@ -154,6 +154,134 @@ fn recomputed_dense(x: &Array, p: Packed<'_>) -> Result<Array> {
         })
 }
 
+/// One matrix (or a stack of them) decoded on the host into the form a [`QuantWeight`] keeps:
+/// plain data, `Send`, so a thread other than MLX's can read and decode it (expert streaming).
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostMatrix {
+    /// MLX affine codes with their per-group scales and biases.
+    Affine {
+        q: Vec<u32>,
+        scales: Vec<f32>,
+        biases: Vec<f32>,
+        bits: i32,
+        group_size: i32,
+    },
+    /// MXFP4 codes with one exponent byte per 32 values.
+    Mxfp4 { q: Vec<u32>, scales: Vec<u8> },
+    /// Dequantized values.
+    Dense(Vec<f32>),
+}
+
+impl HostMatrix {
+    /// Decodes a tensor of codec `ty` from its bytes (`dims` in ggml order): kept quantized
+    /// where MLX's affine or mxfp4 layout holds the codec exactly, else dequantized.
+    pub fn decode(ty: GgmlType, bytes: &[u8], dims: &[u64]) -> gmlx_gguf::Result<HostMatrix> {
+        let matrix = dims.len() >= 2;
+        if matrix && gmlx_gguf::repack::affine_layout(ty).is_ok() {
+            let a = gmlx_gguf::repack_affine(ty, bytes, dims)?;
+            Ok(HostMatrix::Affine {
+                q: a.q,
+                scales: a.scales,
+                biases: a.biases,
+                bits: a.layout.bits as i32,
+                group_size: a.layout.group_size as i32,
+            })
+        } else if matrix && ty == GgmlType::MXFP4 {
+            let m = gmlx_gguf::repack_mxfp4(bytes, dims)?;
+            Ok(HostMatrix::Mxfp4 {
+                q: m.q,
+                scales: m.scales,
+            })
+        } else {
+            let n: u64 = dims.iter().product();
+            Ok(HostMatrix::Dense(gmlx_gguf::dequantize(ty, bytes, n)?))
+        }
+    }
+
+    /// The storage this form becomes.
+    pub fn storage(&self) -> Storage {
+        match self {
+            HostMatrix::Affine {
+                bits, group_size, ..
+            } => Storage::Affine {
+                bits: *bits,
+                group_size: *group_size,
+            },
+            HostMatrix::Mxfp4 { .. } => Storage::Mxfp4,
+            HostMatrix::Dense(_) => Storage::Dense,
+        }
+    }
+
+    /// Several matrices of one form, one after the other (a stack in this order).
+    pub fn concat(parts: &[HostMatrix]) -> Option<HostMatrix> {
+        let first = parts.first()?;
+        let mut out = first.clone();
+        for part in &parts[1..] {
+            match (&mut out, part) {
+                (
+                    HostMatrix::Affine {
+                        q, scales, biases, ..
+                    },
+                    HostMatrix::Affine {
+                        q: q2,
+                        scales: s2,
+                        biases: b2,
+                        ..
+                    },
+                ) => {
+                    q.extend_from_slice(q2);
+                    scales.extend_from_slice(s2);
+                    biases.extend_from_slice(b2);
+                }
+                (HostMatrix::Mxfp4 { q, scales }, HostMatrix::Mxfp4 { q: q2, scales: s2 }) => {
+                    q.extend_from_slice(q2);
+                    scales.extend_from_slice(s2);
+                }
+                (HostMatrix::Dense(v), HostMatrix::Dense(v2)) => v.extend_from_slice(v2),
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+
+    /// The MLX arrays, each with `lead` (`[experts, rows]`, `[rows]`, or `[]` for a vector) in
+    /// front of its per-row data of a matrix with `cols` inputs. Dense values and half-precision side data take
+    /// `dtype`; under float32 the affine scales and biases stay float32 (exact).
+    fn to_data(&self, lead: &[i32], cols: i32, dtype: Dtype) -> Result<Data> {
+        let shaped = |last: i32| -> Vec<i32> { lead.iter().copied().chain([last]).collect() };
+        Ok(match self {
+            HostMatrix::Affine {
+                q,
+                scales,
+                biases,
+                bits,
+                group_size,
+            } => {
+                let groups = cols / group_size;
+                Data::Packed {
+                    w: Array::from_slice(q, &shaped(cols * bits / 32)),
+                    scales: Array::from_slice(scales, &shaped(groups)).as_dtype(dtype)?,
+                    biases: Some(Array::from_slice(biases, &shaped(groups)).as_dtype(dtype)?),
+                    group_size: *group_size,
+                    bits: *bits,
+                    mode: Mode::Affine,
+                }
+            }
+            HostMatrix::Mxfp4 { q, scales } => Data::Packed {
+                w: Array::from_slice(q, &shaped(cols / 8)),
+                scales: Array::from_slice(scales, &shaped(cols / 32)),
+                biases: None,
+                group_size: 32,
+                bits: 4,
+                mode: Mode::Mxfp4,
+            },
+            HostMatrix::Dense(values) => {
+                Data::Dense(Array::from_slice(values, &shaped(cols)).as_dtype(dtype)?)
+            }
+        })
+    }
+}
+
 /// Borrowed access to either form.
 enum View<'a> {
     Packed(Packed<'a>),
@@ -196,50 +324,19 @@ impl QuantWeight {
                 })
             }
         };
-        // [experts, rows] or [rows] in front of the per-row data
-        let lead: Vec<i32> = experts.into_iter().chain([rows]).collect();
-        let shaped = |last: i32| -> Vec<i32> { lead.iter().copied().chain([last]).collect() };
-        let bytes = file.tensor_data(info);
-        let gguf_err = |source| Error::Gguf {
-            tensor: info.name.clone(),
-            source,
-        };
-        let matrix = info.dims.len() >= 2;
-        let side_dtype = if dtype == Dtype::Float32 {
-            Dtype::Float32
+        // [experts, rows] or [rows] in front of the per-row data; nothing for a vector
+        let lead: Vec<i32> = if info.dims.len() >= 2 {
+            experts.into_iter().chain([rows]).collect()
         } else {
-            dtype
+            Vec::new()
         };
-        let data = if matrix && gmlx_gguf::repack::affine_layout(info.ggml_type).is_ok() {
-            let a =
-                gmlx_gguf::repack_affine(info.ggml_type, bytes, &info.dims).map_err(gguf_err)?;
-            let bits = a.layout.bits as i32;
-            let group_size = a.layout.group_size as i32;
-            let groups = cols / group_size;
-            Data::Packed {
-                w: Array::from_slice(&a.q, &shaped(cols * bits / 32)),
-                scales: Array::from_slice(&a.scales, &shaped(groups)).as_dtype(side_dtype)?,
-                biases: Some(Array::from_slice(&a.biases, &shaped(groups)).as_dtype(side_dtype)?),
-                group_size,
-                bits,
-                mode: Mode::Affine,
-            }
-        } else if matrix && info.ggml_type == GgmlType::MXFP4 {
-            let m = gmlx_gguf::repack_mxfp4(bytes, &info.dims).map_err(gguf_err)?;
-            Data::Packed {
-                w: Array::from_slice(&m.q, &shaped(cols / 8)),
-                scales: Array::from_slice(&m.scales, &shaped(cols / 32)),
-                biases: None,
-                group_size: 32,
-                bits: 4,
-                mode: Mode::Mxfp4,
-            }
-        } else {
-            let values = gmlx_gguf::dequantize(info.ggml_type, bytes, info.n_elements())
-                .map_err(gguf_err)?;
-            let shape = if matrix { shaped(cols) } else { vec![cols] };
-            Data::Dense(Array::from_slice(&values, &shape).as_dtype(dtype)?)
-        };
+        let host = HostMatrix::decode(info.ggml_type, file.tensor_data(info), &info.dims).map_err(
+            |source| Error::Gguf {
+                tensor: info.name.clone(),
+                source,
+            },
+        )?;
+        let data = host.to_data(&lead, cols, dtype)?;
         Ok(QuantWeight {
             name,
             codec: info.ggml_type,
@@ -248,6 +345,133 @@ impl QuantWeight {
             cols,
             experts,
         })
+    }
+
+    /// A stack of `experts` matrices `[rows, cols]` from host data (all of them, in order).
+    pub fn from_host(
+        name: impl Into<String>,
+        codec: GgmlType,
+        host: &HostMatrix,
+        experts: i32,
+        (rows, cols): (i32, i32),
+        dtype: Dtype,
+    ) -> Result<QuantWeight> {
+        Ok(QuantWeight {
+            name: name.into(),
+            codec,
+            data: host.to_data(&[experts, rows], cols, dtype)?,
+            rows,
+            cols,
+            experts: Some(experts),
+        })
+    }
+
+    /// A stack of `slots` zeroed matrices `[rows, cols]` in the form codec `codec` takes (see
+    /// [`HostMatrix::decode`]), to bind experts into with [`QuantWeight::bind_expert`].
+    pub fn empty_stack(
+        name: impl Into<String>,
+        codec: GgmlType,
+        slots: i32,
+        (rows, cols): (i32, i32),
+        dtype: Dtype,
+    ) -> Result<QuantWeight> {
+        let zeros = |last: i32, dt: Dtype| -> Result<Array> {
+            Ok(ops::zeros_dtype(&[slots, rows, last], dt)?)
+        };
+        let data = if let Ok(layout) = gmlx_gguf::repack::affine_layout(codec) {
+            let (bits, group_size) = (layout.bits as i32, layout.group_size as i32);
+            Data::Packed {
+                w: zeros(cols * bits / 32, Dtype::Uint32)?,
+                scales: zeros(cols / group_size, dtype)?,
+                biases: Some(zeros(cols / group_size, dtype)?),
+                group_size,
+                bits,
+                mode: Mode::Affine,
+            }
+        } else if codec == GgmlType::MXFP4 {
+            Data::Packed {
+                w: zeros(cols / 8, Dtype::Uint32)?,
+                scales: zeros(cols / 32, Dtype::Uint8)?,
+                biases: None,
+                group_size: 32,
+                bits: 4,
+                mode: Mode::Mxfp4,
+            }
+        } else {
+            Data::Dense(zeros(cols, dtype)?)
+        };
+        Ok(QuantWeight {
+            name: name.into(),
+            codec,
+            data,
+            rows,
+            cols,
+            experts: Some(slots),
+        })
+    }
+
+    /// Writes one expert matrix into slot `slot` of this stack, in place where MLX can reuse
+    /// the buffer (no other array holds it), and evaluates the write.
+    pub fn bind_expert(&mut self, slot: i32, host: &HostMatrix) -> Result<()> {
+        let (rows, cols) = (self.rows, self.cols);
+        let dtype = match &self.data {
+            Data::Packed { scales, .. } => scales.dtype(),
+            Data::Dense(a) => a.dtype(),
+        };
+        let update = host.to_data(&[1, rows], cols, dtype)?;
+        let put = |stack: &Array, part: &Array| -> Result<Array> {
+            let shape = stack.shape();
+            let stop = [slot + 1, shape[1], shape[2]];
+            crate::slicing::slice_update(stack, part, &[slot, 0, 0], &stop)
+        };
+        let mismatch = || Error::SlotForm {
+            tensor: self.name.clone(),
+        };
+        let written: Vec<Array> = match (&self.data, &update) {
+            (
+                Data::Packed {
+                    w,
+                    scales,
+                    biases,
+                    bits,
+                    group_size,
+                    mode,
+                },
+                Data::Packed {
+                    w: w2,
+                    scales: s2,
+                    biases: b2,
+                    bits: bits2,
+                    group_size: g2,
+                    mode: m2,
+                },
+            ) if (bits, group_size, mode) == (bits2, g2, m2) => {
+                let mut out = vec![put(w, w2)?, put(scales, s2)?];
+                match (biases, b2) {
+                    (Some(b), Some(b2)) => out.push(put(b, b2)?),
+                    (None, None) => {}
+                    _ => return Err(mismatch()),
+                }
+                out
+            }
+            (Data::Dense(a), Data::Dense(a2)) => vec![put(a, a2)?],
+            _ => return Err(mismatch()),
+        };
+        mlx_rs::transforms::eval(written.iter())?;
+        let mut written = written.into_iter();
+        match &mut self.data {
+            Data::Packed {
+                w, scales, biases, ..
+            } => {
+                *w = written.next().ok_or_else(mismatch)?;
+                *scales = written.next().ok_or_else(mismatch)?;
+                if let Some(b) = biases {
+                    *b = written.next().ok_or_else(mismatch)?;
+                }
+            }
+            Data::Dense(a) => *a = written.next().ok_or_else(mismatch)?,
+        }
+        Ok(())
     }
 
     /// A dense weight from an array `[rows, cols]` (or `[cols]`).

@@ -197,6 +197,87 @@ fn expert_stacks_multiply_the_selected_expert_per_row() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Experts decoded one at a time on the host and bound into the slots of an empty stack (the
+/// streaming arena) give bitwise the products of the resident stack, for an affine codec,
+/// MXFP4 and a dense one; a rebound slot gives its new expert's.
+#[test]
+fn experts_bound_into_slots_multiply_as_the_resident_stack() {
+    use gmlx_mlx::quant::HostMatrix;
+    gmlx_mlx::device::use_device(gmlx_mlx::device::DeviceChoice::Auto).expect("device");
+    let (experts, rows, cols) = (4u64, 8u64, 256u64);
+    let x: Vec<f32> = (0..3 * cols as usize)
+        .map(|i| ((i * 11 % 23) as f32 - 11.0) / 11.0)
+        .collect();
+    let xa = Array::from_slice(&x, &[3, 1, cols as i32]);
+    for (i, ty) in [GgmlType::Q4_K, GgmlType::MXFP4, GgmlType::Q6_K]
+        .into_iter()
+        .enumerate()
+    {
+        let n_blocks = (experts * rows * cols) as usize / ty.block_size();
+        let bytes = blocks(ty, n_blocks, 70 + i as u64);
+        let dims = [cols, rows, experts];
+        let resident = QuantWeight::from_host(
+            "e",
+            ty,
+            &HostMatrix::decode(ty, &bytes, &dims).expect("decode"),
+            experts as i32,
+            (rows as i32, cols as i32),
+            Dtype::Float32,
+        )
+        .expect("resident");
+        let per_expert = bytes.len() / experts as usize;
+        let expert = |e: usize| {
+            HostMatrix::decode(
+                ty,
+                &bytes[e * per_expert..(e + 1) * per_expert],
+                &[cols, rows],
+            )
+            .expect("decode one")
+        };
+        let mut slots =
+            QuantWeight::empty_stack("e", ty, 2, (rows as i32, cols as i32), Dtype::Float32)
+                .expect("slots");
+        assert_eq!(slots.storage(), resident.storage(), "{ty:?}");
+        slots.bind_expert(0, &expert(3)).expect("bind");
+        slots.bind_expert(1, &expert(1)).expect("bind");
+        let want = host(
+            &resident
+                .gather_matmul(&xa, &Array::from_slice(&[3u32, 1, 3], &[3]))
+                .expect("gather"),
+        );
+        let got = host(
+            &slots
+                .gather_matmul(&xa, &Array::from_slice(&[0u32, 1, 0], &[3]))
+                .expect("gather"),
+        );
+        assert_eq!(got, want, "{ty:?}");
+        slots.bind_expert(0, &expert(2)).expect("rebind");
+        let want = host(
+            &resident
+                .gather_matmul(&xa, &Array::from_slice(&[2u32, 1, 2], &[3]))
+                .expect("gather"),
+        );
+        let got = host(
+            &slots
+                .gather_matmul(&xa, &Array::from_slice(&[0u32, 1, 0], &[3]))
+                .expect("gather"),
+        );
+        assert_eq!(got, want, "{ty:?} after a rebind");
+        let other = HostMatrix::decode(
+            GgmlType::Q8_0,
+            &blocks(GgmlType::Q8_0, 64, 1),
+            &[cols, rows],
+        )
+        .expect("decode");
+        if slots.storage() != other.storage() {
+            assert!(
+                slots.bind_expert(1, &other).is_err(),
+                "{ty:?}: another form is refused"
+            );
+        }
+    }
+}
+
 /// Under `training_products`, gradients flow through a quantized weight's product to the
 /// activations at every row count (MLX's quantized matmul for few rows, the checkpointed
 /// dequantize-then-BLAS route from 4 rows on the CPU) as through the dense dequantized weight.

@@ -1,6 +1,5 @@
 //! The shared builder: a model's blocks assembled from its per-layer plan, each weight read by
 //! its GGUF tensor name and checked against the shape the plan implies.
-use std::rc::Rc;
 
 use gmlx_gguf::names::Tensor;
 use gmlx_gguf::GgufFile;
@@ -12,26 +11,32 @@ use crate::blocks::delta_net::{DeltaGates, DeltaInput, GatedDeltaNet};
 use crate::blocks::linear::Linear;
 use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::SwiGlu;
-use crate::blocks::moe::{Experts, MoeFfn, ResidentExperts, Router, SharedExpert};
+use crate::blocks::moe::{ExpertPlacement, Experts, MoeFfn, Router, SharedExpert};
 use crate::blocks::rope::Rope;
 use crate::config::{
     AttentionSpec, DeltaNetSpec, FfnSpec, LayerSpec, MixerSpec, ModelConfig, MoeConfig,
 };
 use crate::error::{Error, Result};
+use crate::load::LoadOptions;
 use crate::model::Model;
 use crate::weights::Weights;
 
 /// The model `config` describes, its weights read from `file`. A preflight first looks up
 /// every tensor the plan needs: anything missing or misshapen is one error naming all of it,
 /// before a byte is read.
-pub fn model(file: &GgufFile, config: &ModelConfig, dtype: Dtype) -> Result<Model> {
+pub fn model(file: &GgufFile, config: &ModelConfig, options: &LoadOptions) -> Result<Model> {
+    let dtype = options.dtype;
     let preflight = Weights::preflight(file, dtype);
     decoder(&preflight, config)?;
     let problems = preflight.problems();
     if !problems.is_empty() {
         return Err(Error::Tensors { problems });
     }
-    let decoder = decoder(&Weights::new(file, dtype), config)?;
+    let placement = options
+        .experts
+        .as_deref()
+        .map(|p| p as &dyn ExpertPlacement);
+    let decoder = decoder(&Weights::new(file, dtype, placement), config)?;
     Ok(Model::new(config.clone(), decoder))
 }
 
@@ -202,11 +207,16 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
             scale: m.weights_scale,
         },
         experts: Experts {
-            store: Rc::new(ResidentExperts {
-                ffn_gate_exps: w.experts(&Tensor::FfnGateExps.weight(l), e, ff, h)?,
-                ffn_up_exps: w.experts(&Tensor::FfnUpExps.weight(l), e, ff, h)?,
-                ffn_down_exps: w.experts(&Tensor::FfnDownExps.weight(l), e, h, ff)?,
-            }),
+            store: w.expert_store(
+                l,
+                [
+                    &Tensor::FfnGateExps.weight(l),
+                    &Tensor::FfnUpExps.weight(l),
+                    &Tensor::FfnDownExps.weight(l),
+                ],
+                e,
+                (ff, h),
+            )?,
             ffn_gate_exps_b: bias(Tensor::FfnGateExps, ff)?,
             ffn_up_exps_b: bias(Tensor::FfnUpExps, ff)?,
             ffn_down_exps_b: bias(Tensor::FfnDownExps, h)?,

@@ -47,6 +47,13 @@ pub enum Error {
     /// The default model could not be fetched.
     #[error(transparent)]
     DefaultModel(#[from] gmlx_cache::Error),
+    /// Layer `layer`'s routed experts could not be made available (a streamed read failed or
+    /// stalled; the store says which).
+    #[error("layer {layer}: {source}")]
+    Experts {
+        layer: usize,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl From<gmlx_mlx::mlx_rs::error::Exception> for Error {

@@ -10,17 +10,21 @@ use gmlx_mlx::device::{self, DeviceChoice, DeviceKind};
 use gmlx_mlx::Dtype;
 use gmlx_tokenizer::Tokenizer;
 
+use crate::blocks::moe::ExpertPlacement;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::model::Model;
 use crate::registry;
 
 /// How to load.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LoadOptions {
     pub device: DeviceChoice,
     /// Activation dtype; dense weights are stored in it.
     pub dtype: Dtype,
+    /// Where routed MoE experts live (`gmlx_stream` reads them on demand); resident when
+    /// `None`.
+    pub experts: Option<Arc<dyn ExpertPlacement>>,
 }
 
 impl Default for LoadOptions {
@@ -28,6 +32,7 @@ impl Default for LoadOptions {
         LoadOptions {
             device: DeviceChoice::Auto,
             dtype: Dtype::Float32,
+            experts: None,
         }
     }
 }
@@ -131,7 +136,7 @@ impl Opened {
     pub fn load(self, options: &LoadOptions) -> Result<Loaded> {
         let start = Instant::now();
         let device = device::use_device(options.device)?;
-        let model = (self.spec.build)(&self.file, &self.config, options.dtype)?;
+        let model = (self.spec.build)(&self.file, &self.config, options)?;
         let weight_bytes = model.materialize()?;
         Ok(Loaded {
             model,

@@ -1,6 +1,6 @@
 //! `general.architecture` → architecture: one row per supported value.
+use crate::load::LoadOptions;
 use gmlx_gguf::GgufFile;
-use gmlx_mlx::Dtype;
 
 use crate::arch;
 use crate::build;
@@ -15,7 +15,7 @@ pub struct ArchSpec {
     /// Reads the metadata into a validated config with its per-layer plan.
     pub synth: fn(&GgufFile) -> Result<ModelConfig>,
     /// Assembles the model from the file and its config.
-    pub build: fn(&GgufFile, &ModelConfig, Dtype) -> Result<Model>,
+    pub build: fn(&GgufFile, &ModelConfig, &LoadOptions) -> Result<Model>,
 }
 
 pub static ARCHES: &[ArchSpec] = &[

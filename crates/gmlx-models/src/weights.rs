@@ -6,26 +6,35 @@
 //! returned, nothing read), so one error lists everything missing or misshapen before any
 //! byte is read; then for real.
 use std::cell::RefCell;
+use std::rc::Rc;
 
 use gmlx_gguf::GgufFile;
 use gmlx_mlx::{Array, Dtype, QuantWeight};
 
+use crate::blocks::moe::{ExpertPlacement, ExpertStore, ExpertTensors, ResidentExperts};
 use crate::blocks::norm::RmsNorm;
 use crate::error::{Error, Result, TensorProblem};
 
 pub struct Weights<'f> {
     file: &'f GgufFile,
     dtype: Dtype,
+    /// Where routed experts go; resident when `None`.
+    placement: Option<&'f dyn ExpertPlacement>,
     /// `Some` in a preflight: what is wrong so far.
     preflight: Option<RefCell<Vec<TensorProblem>>>,
 }
 
 impl<'f> Weights<'f> {
-    /// Reads tensors for real.
-    pub fn new(file: &'f GgufFile, dtype: Dtype) -> Weights<'f> {
+    /// Reads tensors for real; routed experts go where `placement` says.
+    pub fn new(
+        file: &'f GgufFile,
+        dtype: Dtype,
+        placement: Option<&'f dyn ExpertPlacement>,
+    ) -> Weights<'f> {
         Weights {
             file,
             dtype,
+            placement,
             preflight: None,
         }
     }
@@ -35,7 +44,44 @@ impl<'f> Weights<'f> {
         Weights {
             file,
             dtype,
+            placement: None,
             preflight: Some(RefCell::new(Vec::new())),
+        }
+    }
+
+    /// The store of layer `layer`'s routed experts (`experts` of `[ffn, hidden]` gate and up
+    /// matrices, `[hidden, ffn]` down ones): resident stacks, or the placement's store.
+    pub fn expert_store(
+        &self,
+        layer: usize,
+        names: [&str; 3],
+        experts: i32,
+        (ffn, hidden): (i32, i32),
+    ) -> Result<Rc<dyn ExpertStore>> {
+        let [gate, up, down] = names;
+        let e = experts as u64;
+        let (f, h) = (ffn as u64, hidden as u64);
+        let found = (
+            self.checked(gate, &[h, f, e])?,
+            self.checked(up, &[h, f, e])?,
+            self.checked(down, &[f, h, e])?,
+        );
+        match (self.placement, found) {
+            (Some(placement), (Some(gate), Some(up), Some(down))) => placement.store(
+                self.file,
+                ExpertTensors {
+                    layer,
+                    gate,
+                    up,
+                    down,
+                },
+                self.dtype,
+            ),
+            _ => Ok(Rc::new(ResidentExperts {
+                ffn_gate_exps: self.experts(gate, experts, ffn, hidden)?,
+                ffn_up_exps: self.experts(up, experts, ffn, hidden)?,
+                ffn_down_exps: self.experts(down, experts, hidden, ffn)?,
+            })),
         }
     }
 

@@ -88,7 +88,7 @@ pub enum ExpertActivation {
     SwiGluOai { alpha: f32, limit: f32 },
 }
 
-/// One of the three matrices of every expert.
+/// One of the three matrices of every expert (in this order in a [`Selection`]'s stacks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpertProj {
     /// `ffn_gate_exps`: `[experts, ffn, hidden]`.
@@ -99,15 +99,61 @@ pub enum ExpertProj {
     Down,
 }
 
+/// The experts one step's products gather from: `indices` into the store's stacks, and the
+/// stacks themselves when the store built them for this step only (a streamed prefill).
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// `[n, k]` u32: for each row, the stack entries of its selected experts.
+    pub indices: Array,
+    /// Stacks (gate, up, down) built for this step, in place of the store's own.
+    pub stacks: Option<Rc<[QuantWeight; 3]>>,
+}
+
+impl Selection {
+    /// The store's own stacks, indexed by expert id.
+    pub fn resident(indices: &Array) -> Selection {
+        Selection {
+            indices: indices.clone(),
+            stacks: None,
+        }
+    }
+}
+
 /// Where a layer's expert weights live. The MoE block asks the store for the product of the
 /// selected experts only, so a store that reads experts on demand (gmlx-stream) shares the
 /// forward code with the resident one.
 pub trait ExpertStore: Debug {
-    /// `x [n, k or 1, 1, in]` times the `proj` matrix of expert `indices[i, j]` (`[n, k]`
-    /// u32): `[n, k, 1, out]`.
-    fn gather_matmul(&self, proj: ExpertProj, x: &Array, indices: &Array) -> Result<Array>;
+    /// Makes the experts `indices [n, k]` (u32) names available to this step's three
+    /// products. `prefill`: the rows are many tokens of one sequence.
+    fn select(&self, indices: &Array, prefill: bool) -> Result<Selection>;
+    /// `x [n, k or 1, 1, in]` times the `proj` matrix of each selected expert:
+    /// `[n, k, 1, out]`.
+    fn gather_matmul(&self, proj: ExpertProj, x: &Array, selection: &Selection) -> Result<Array>;
     /// The arrays it holds in memory.
     fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>);
+}
+
+/// The three expert stacks of one MoE layer, as the file holds them.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertTensors<'f> {
+    pub layer: usize,
+    pub gate: &'f gmlx_gguf::TensorInfo,
+    pub up: &'f gmlx_gguf::TensorInfo,
+    pub down: &'f gmlx_gguf::TensorInfo,
+}
+
+/// Decides where a model's routed experts live ([`LoadOptions::experts`]): each MoE layer
+/// asks it for its store. Without one, experts are resident.
+///
+/// [`LoadOptions::experts`]: crate::LoadOptions::experts
+pub trait ExpertPlacement: Debug + Send + Sync {
+    /// The store of one layer's experts (shapes already checked against the plan).
+    fn store(
+        &self,
+        file: &gmlx_gguf::GgufFile,
+        tensors: ExpertTensors<'_>,
+        dtype: gmlx_mlx::Dtype,
+    ) -> Result<Rc<dyn ExpertStore>>;
 }
 
 /// Every expert resident, as quantized stacks `[experts, out, in]`.
@@ -118,14 +164,37 @@ pub struct ResidentExperts {
     pub ffn_down_exps: QuantWeight,
 }
 
-impl ExpertStore for ResidentExperts {
-    fn gather_matmul(&self, proj: ExpertProj, x: &Array, indices: &Array) -> Result<Array> {
-        let stack = match proj {
+impl ResidentExperts {
+    fn stack(&self, proj: ExpertProj) -> &QuantWeight {
+        match proj {
             ExpertProj::Gate => &self.ffn_gate_exps,
             ExpertProj::Up => &self.ffn_up_exps,
             ExpertProj::Down => &self.ffn_down_exps,
-        };
-        Ok(stack.gather_matmul(x, indices)?)
+        }
+    }
+}
+
+/// The product of a selection: the step's own stacks if it has them, else `stack`.
+pub fn gather_selected(
+    stack: &QuantWeight,
+    proj: ExpertProj,
+    x: &Array,
+    selection: &Selection,
+) -> Result<Array> {
+    let stack = match &selection.stacks {
+        Some(stacks) => &stacks[proj as usize],
+        None => stack,
+    };
+    Ok(stack.gather_matmul(x, &selection.indices)?)
+}
+
+impl ExpertStore for ResidentExperts {
+    fn select(&self, indices: &Array, _prefill: bool) -> Result<Selection> {
+        Ok(Selection::resident(indices))
+    }
+
+    fn gather_matmul(&self, proj: ExpertProj, x: &Array, selection: &Selection) -> Result<Array> {
+        gather_selected(self.stack(proj), proj, x, selection)
     }
 
     fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
@@ -155,12 +224,14 @@ fn add_expert_bias(y: Array, bias: &Option<Array>, indices: &Array) -> Result<Ar
 }
 
 impl Experts {
-    /// `x [n, hidden]`, `indices [n, k]` to per-expert outputs `[n, k, hidden]`.
-    pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
+    /// `x [n, hidden]`, `indices [n, k]` to per-expert outputs `[n, k, hidden]`. `prefill`:
+    /// the rows are many tokens of one sequence (a streamed store reads differently).
+    pub fn forward(&self, x: &Array, indices: &Array, prefill: bool) -> Result<Array> {
+        let selection = self.store.select(indices, prefill)?;
         let x = x.expand_dims_axes(&[-2, -3])?; // [n, 1, 1, hidden]
-        let gate = self.store.gather_matmul(ExpertProj::Gate, &x, indices)?; // [n, k, 1, ffn]
+        let gate = self.store.gather_matmul(ExpertProj::Gate, &x, &selection)?; // [n, k, 1, ffn]
         let gate = add_expert_bias(gate, &self.ffn_gate_exps_b, indices)?;
-        let up = self.store.gather_matmul(ExpertProj::Up, &x, indices)?;
+        let up = self.store.gather_matmul(ExpertProj::Up, &x, &selection)?;
         let up = add_expert_bias(up, &self.ffn_up_exps_b, indices)?;
         let hidden = match self.activation {
             ExpertActivation::SwiGlu => gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?,
@@ -176,7 +247,7 @@ impl Experts {
         };
         let out = self
             .store
-            .gather_matmul(ExpertProj::Down, &hidden, indices)?; // [n, k, 1, hidden]
+            .gather_matmul(ExpertProj::Down, &hidden, &selection)?; // [n, k, 1, hidden]
         let out = add_expert_bias(out, &self.ffn_down_exps_b, indices)?;
         Ok(out.squeeze_axes(&[-2])?)
     }
@@ -237,7 +308,8 @@ impl MoeFfn {
         let shape = x.shape().to_vec();
         let flat = x.reshape(&[-1, shape[2]])?;
         let (indices, weights) = self.router.route(&flat)?;
-        let per_expert = self.experts.forward(&flat, &indices)?; // [n, k, hidden]
+        let prefill = shape[1] > 1;
+        let per_expert = self.experts.forward(&flat, &indices, prefill)?; // [n, k, hidden]
         let weights = weights.as_dtype(per_expert.dtype())?.expand_dims(-1)?;
         let mut out = per_expert.multiply(&weights)?.sum_axis(1, false)?;
         if let Some(shared) = &self.shared {
