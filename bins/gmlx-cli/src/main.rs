@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod model_args;
+mod moe_args;
 mod perplexity;
 mod run;
 mod train;

@@ -1,12 +1,14 @@
 //! `gmlx run`: flags → load → generate or bench → stdout.
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
 use gmlx_models::adapter::Adapter;
 use gmlx_models::{chat, GenerateOptions, Generation, LoadOptions, SamplingParams};
 
 use crate::model_args::{model_path, open_model, DeviceArg, DtypeArg};
+use crate::moe_args::{self, MoeArgs};
 use crate::{usage, Failure};
 
 #[derive(Args)]
@@ -79,6 +81,8 @@ pub struct RunArgs {
     /// Multiplies the adapter's `alpha / rank` scale (llama.cpp's `--lora-scaled`).
     #[arg(long, default_value_t = 1.0, requires = "adapter")]
     adapter_scale: f32,
+    #[command(flatten)]
+    moe: MoeArgs,
 }
 
 fn parse_bias(s: &str) -> Result<(u32, f32), String> {
@@ -137,10 +141,13 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         path.display(),
         opened.config().arch
     );
+    let streamed = args.moe.placement();
     let mut loaded = opened.load(&LoadOptions {
         device,
         dtype,
-        ..LoadOptions::default()
+        experts: streamed
+            .clone()
+            .map(|s| s as Arc<dyn gmlx_models::blocks::moe::ExpertPlacement>),
     })?;
     if let Some(adapter) = &adapter {
         gmlx_models::adapter::apply(&mut loaded.model, adapter, args.adapter_scale)?;
@@ -182,6 +189,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 r.prompt_tokens, r.prefill_tok_s, r.decode_tokens, r.decode_tok_s
             )?;
         }
+        if let Some(line) = moe_args::report(streamed.as_ref()) {
+            eprintln!("{line}");
+        }
         return Ok(());
     }
 
@@ -216,5 +226,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             .finish_reason()
             .map_or("error", gmlx_models::FinishReason::as_str)
     );
+    if let Some(line) = moe_args::report(streamed.as_ref()) {
+        eprintln!("{line}");
+    }
     Ok(())
 }

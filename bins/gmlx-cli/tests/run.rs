@@ -322,3 +322,62 @@ fn perplexity_json_gives_llama_cpps_next_token_logprobs() {
         "{line}"
     );
 }
+
+/// `--stream-experts` with an arena too small for every expert generates what the resident
+/// model does, and reports the arena; without an MoE layer it says nothing streamed;
+/// `--expert-arena-mb` alone is a usage error.
+#[test]
+fn stream_experts_generates_as_resident_and_reports_the_arena() {
+    let fixture = |arch: &str, codec: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../../tests/fixtures/{arch}/{arch}-{codec}.gguf"))
+            .display()
+            .to_string()
+    };
+    let model = fixture("gpt-oss", "MXFP4_MOE");
+    let common = [
+        "run",
+        &model,
+        "--raw",
+        "--prompt",
+        "Once upon",
+        "-n",
+        "24",
+        "--ignore-eos",
+    ];
+    let resident = gmlx(&common);
+    assert!(resident.status.success(), "{}", stderr(&resident));
+    // 1 MiB over the fixture's layers: 4 of 4 experts fit; --expert-arena-mb rounds to MiB, so
+    // the arena-smaller-than-experts case is in the gmlx-stream tests
+    let mut args = common.to_vec();
+    args.extend(["--stream-experts", "--expert-arena-mb", "1"]);
+    let streamed = gmlx(&args);
+    assert!(streamed.status.success(), "{}", stderr(&streamed));
+    assert_eq!(streamed.stdout, resident.stdout);
+    let report = stderr(&streamed);
+    assert!(
+        report.contains("expert arena:") && report.contains("hit rate"),
+        "{report}"
+    );
+
+    let dense = fixture("llama", "Q8_0");
+    let out = gmlx(&[
+        "run",
+        &dense,
+        "--raw",
+        "--prompt",
+        "a",
+        "-n",
+        "2",
+        "--stream-experts",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no routed experts"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = gmlx(&["run", &dense, "--prompt", "a", "--expert-arena-mb", "8"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

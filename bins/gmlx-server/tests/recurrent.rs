@@ -55,3 +55,32 @@ fn seeded_requests_to_a_recurrent_model_match_their_solo_runs_under_concurrency(
         );
     }
 }
+
+/// The same model with its routed experts streamed from the file (`--stream-experts`)
+/// answers seeded requests, sent together, with the resident model's solo texts.
+#[test]
+fn a_streamed_moe_model_serves_what_the_resident_one_does() {
+    let model = fixture();
+    let resident = Server::start_raw(&[&model, "--port", "0"]);
+    let solo: Vec<String> = (0..4).map(|i| sampled(&resident, i)).collect();
+    drop(resident);
+    let streamed = std::sync::Arc::new(Server::start_raw(&[
+        &model,
+        "--port",
+        "0",
+        "--batch-width",
+        "4",
+        "--stream-experts",
+        "--expert-arena-mb",
+        "1",
+    ]));
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let server = streamed.clone();
+            std::thread::spawn(move || sampled(&server, i))
+        })
+        .collect();
+    for (i, handle) in handles.into_iter().enumerate() {
+        assert_eq!(solo[i], handle.join().expect("join"), "seed {}", 1000 + i);
+    }
+}

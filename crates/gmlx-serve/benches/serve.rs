@@ -23,9 +23,7 @@ fn main() {
     let width = streams.iter().copied().max().unwrap_or(8);
     let path = gmlx_models::default_model::fetch().expect("the default model");
     let (engine, tokenizer) = Engine::start(
-        "bench",
-        &path,
-        None,
+        &gmlx_serve::ServeConfig::single(&path).models[0],
         EngineOptions {
             batch_width: width,
             queue_cap: width,

@@ -38,6 +38,14 @@ pub struct ServeArgs {
     /// Overrides server.max_body_bytes.
     #[arg(long)]
     max_body_bytes: Option<usize>,
+    /// Stream the model's routed MoE experts from the file into a bounded arena (the single
+    /// model; in a config, `stream_experts` per model).
+    #[arg(long, conflicts_with = "config")]
+    stream_experts: bool,
+    /// MiB of arena over all MoE layers, with --stream-experts.
+    #[arg(long, value_name = "MIB", requires = "stream_experts",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    expert_arena_mb: Option<u64>,
     /// How log lines on stderr are written: `text` (`gmlx-server: message key=value ...`) or
     /// `json` (one object per line).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -57,6 +65,14 @@ pub fn config(args: ServeArgs) -> Result<ServeConfig> {
             ServeConfig::single(default)
         }
     };
+    if args.stream_experts {
+        for m in &mut c.models {
+            m.expert_arena_mb = Some(
+                args.expert_arena_mb
+                    .unwrap_or(crate::config::DEFAULT_EXPERT_ARENA_MB),
+            );
+        }
+    }
     if let Some(h) = args.host {
         c.host = h;
     }

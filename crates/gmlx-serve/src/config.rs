@@ -41,7 +41,13 @@ pub struct ModelEntry {
     /// A chat template (Jinja source file) used instead of the GGUF's.
     pub chat_template: Option<PathBuf>,
     pub adapter: Option<PathBuf>,
+    /// Routed MoE experts read from the file on demand (`stream_experts = true`) into an
+    /// arena of this many MiB over all MoE layers (`expert_arena_mb`, default 1024).
+    pub expert_arena_mb: Option<u64>,
 }
+
+/// The arena of a streamed model when `expert_arena_mb` is not given.
+pub const DEFAULT_EXPERT_ARENA_MB: u64 = 1024;
 
 /// Defaults a request can name with `profile` (or get from its model).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -94,6 +100,9 @@ struct RawModel {
     profile: Option<String>,
     chat_template: Option<PathBuf>,
     adapter: Option<PathBuf>,
+    #[serde(default)]
+    stream_experts: bool,
+    expert_arena_mb: Option<u64>,
 }
 
 pub const DEFAULT_PORT: u16 = 8080;
@@ -125,6 +134,7 @@ impl ServeConfig {
                 profile: None,
                 chat_template: None,
                 adapter: None,
+                expert_arena_mb: None,
             }],
             profiles: BTreeMap::new(),
             source: None,
@@ -209,6 +219,22 @@ impl ServeConfig {
                     ));
                 }
             }
+            let expert_arena_mb = match (m.stream_experts, m.expert_arena_mb) {
+                (false, None) => None,
+                (false, Some(_)) => {
+                    return Err(bad(
+                        &format!("models[{i}].expert_arena_mb"),
+                        "given without stream_experts = true".to_owned(),
+                    ))
+                }
+                (true, Some(0)) => {
+                    return Err(bad(
+                        &format!("models[{i}].expert_arena_mb"),
+                        "must be at least 1".to_owned(),
+                    ))
+                }
+                (true, mb) => Some(mb.unwrap_or(DEFAULT_EXPERT_ARENA_MB)),
+            };
             let anchor = |p: PathBuf| if p.is_relative() { base.join(p) } else { p };
             let path = anchor(m.path);
             if !path.is_file() {
@@ -224,6 +250,7 @@ impl ServeConfig {
                 profile: m.profile,
                 chat_template: m.chat_template.map(anchor),
                 adapter: m.adapter.map(anchor),
+                expert_arena_mb,
             });
         }
         Ok(ServeConfig {
@@ -349,6 +376,20 @@ mod tests {
         assert!(e.contains("models[0].profile"), "{e}");
         let e = parse("").unwrap_err().to_string();
         assert!(e.contains("`models`"), "{e}");
+        let model = "[[models]]\nid = \"a\"\npath = \"m.gguf\"\n";
+        let e = parse(&format!("{model}expert_arena_mb = 64\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("models[0].expert_arena_mb") && e.contains("stream_experts"),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "{model}stream_experts = true\nexpert_arena_mb = 0\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("models[0].expert_arena_mb"), "{e}");
     }
 
     #[test]

@@ -60,7 +60,10 @@ pub fn run(config: ServeConfig) -> Result<()> {
     });
     // whatever is still in flight after the grace period is cancelled, and every model is
     // freed before the process exits
-    for model in state.models().values() {
+    for (id, model) in state.models() {
+        if let Some(report) = model.engine.stream_report() {
+            tracing::info!("model `{id}`: {report}");
+        }
         model.engine.clone().shutdown();
     }
     served
@@ -76,8 +79,7 @@ pub fn load_models(config: &ServeConfig) -> Result<state::Models> {
     };
     let mut models = BTreeMap::new();
     for entry in &config.models {
-        let (engine, tokenizer) =
-            Engine::start(&entry.id, &entry.path, entry.adapter.as_deref(), options)?;
+        let (engine, tokenizer) = Engine::start(entry, options)?;
         let info = validate::ModelInfo::new(entry.clone(), engine, tokenizer)?;
         match &entry.adapter {
             Some(adapter) => tracing::info!(

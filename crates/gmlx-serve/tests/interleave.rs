@@ -12,9 +12,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 fn running_streams_keep_streaming_while_a_long_prompt_prefills() {
     let path = gmlx_models::default_model::fetch().expect("the default model");
     let (engine, tokenizer) = Engine::start(
-        "interleave",
-        &path,
-        None,
+        &gmlx_serve::ServeConfig::single(&path).models[0],
         EngineOptions {
             batch_width: 4,
             queue_cap: 4,

@@ -1,77 +1,14 @@
 //! Streamed experts against resident ones on the MoE fixtures: with an arena of fewer slots
 //! than experts (and with every slot emptied before each step), a long greedy generation gives
 //! bitwise the logits of the resident model, step by step.
-use std::path::PathBuf;
-use std::sync::Arc;
+mod common;
 
-use gmlx_mlx::Array;
-use gmlx_models::{load, LoadOptions, Loaded, Logits};
-use gmlx_stream::{StreamOptions, StreamedExperts};
+use common::{fixture, greedy_logits, streamed};
+use gmlx_models::{load, LoadOptions};
+use gmlx_stream::StreamOptions;
 
 /// Tokens decoded after the prompt.
 const STEPS: usize = 40;
-
-pub fn fixture(arch: &str, codec: &str) -> (PathBuf, Vec<u32>) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(arch);
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join(format!("{arch}-{codec}.json"))).expect("golden"),
-    )
-    .expect("golden JSON");
-    let sequence = golden["sequence"]
-        .as_array()
-        .expect("sequence")
-        .iter()
-        .map(|v| v.as_u64().expect("id") as u32)
-        .collect();
-    (dir.join(format!("{arch}-{codec}.gguf")), sequence)
-}
-
-fn streamed(path: &PathBuf, options: StreamOptions) -> (Loaded, Arc<StreamedExperts>) {
-    let experts = Arc::new(StreamedExperts::new(options));
-    let loaded = load(
-        path,
-        &LoadOptions {
-            experts: Some(experts.clone()),
-            ..LoadOptions::default()
-        },
-    )
-    .expect("load streamed");
-    (loaded, experts)
-}
-
-/// The prompt prefilled in one pass, then `steps` greedy tokens one at a time: each step's
-/// logits as bits.
-fn greedy_logits(loaded: &Loaded, prompt: &[u32], steps: usize) -> Vec<Vec<u32>> {
-    let model = &loaded.model;
-    let mut cache = model.new_cache();
-    let mut input = Array::from_slice(prompt, &[1, prompt.len() as i32]);
-    let mut out = Vec::with_capacity(steps);
-    for _ in 0..steps {
-        let logits = model
-            .forward(&input, &mut cache, Logits::Last)
-            .expect("forward")
-            .flatten(None, None)
-            .expect("flatten");
-        logits.eval().expect("eval");
-        let row = logits.as_slice::<f32>();
-        let next = row
-            .iter()
-            .enumerate()
-            .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
-                if v > best.1 {
-                    (i, v)
-                } else {
-                    best
-                }
-            })
-            .0 as u32;
-        out.push(row.iter().map(|v| v.to_bits()).collect());
-        input = Array::from_slice(&[next], &[1, 1]);
-    }
-    out
-}
 
 #[test]
 fn streamed_experts_give_the_resident_logits() {

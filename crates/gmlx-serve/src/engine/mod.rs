@@ -10,9 +10,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
+use gmlx_models::blocks::moe::ExpertPlacement;
+use gmlx_stream::{StreamOptions, StreamedExperts};
 use gmlx_tokenizer::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+use crate::config::ModelEntry;
 use crate::error::{Error, Result};
 
 /// How the scheduler batches and admits.
@@ -66,6 +69,8 @@ pub struct Engine {
     options: EngineOptions,
     vocab: usize,
     context: usize,
+    /// The expert placement of a streamed model, for its report.
+    streamed: Option<Arc<StreamedExperts>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -82,23 +87,27 @@ impl Engine {
     /// returns once it is loaded, with the tokenizer of that one load (the file is opened
     /// once). The adapter is checked against the base's header before any weight loads. `id`
     /// names the model in errors.
-    pub fn start(
-        id: &str,
-        path: &Path,
-        adapter: Option<&Path>,
-        options: EngineOptions,
-    ) -> Result<(Engine, Arc<Tokenizer>)> {
-        let adapter = adapter.map(Path::to_owned);
+    pub fn start(entry: &ModelEntry, options: EngineOptions) -> Result<(Engine, Arc<Tokenizer>)> {
+        let id = entry.id.as_str();
+        let adapter = entry.adapter.clone();
+        let streamed = entry.expert_arena_mb.map(|mb| {
+            Arc::new(StreamedExperts::new(StreamOptions {
+                arena_bytes: mb << 20,
+                ..StreamOptions::default()
+            }))
+        });
+        let thread_streamed = streamed.clone();
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let shared = Arc::new(Shared::default());
         let thread_shared = Arc::clone(&shared);
-        let path = path.to_owned();
+        let path = entry.path.clone();
         let thread_id = id.to_owned();
         let thread = std::thread::Builder::new()
             .name(format!("gmlx-engine-{id}"))
             .spawn(move || {
-                let loaded = match load_model(&thread_id, &path, adapter.as_deref()) {
+                let placement = thread_streamed.map(|s| s as Arc<dyn ExpertPlacement>);
+                let loaded = match load_model(&thread_id, &path, adapter.as_deref(), placement) {
                     Ok(l) => l,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -123,8 +132,14 @@ impl Engine {
             options,
             vocab,
             context,
+            streamed,
         };
         Ok((engine, tokenizer))
+    }
+
+    /// What expert streaming did, for a streamed MoE model.
+    pub fn stream_report(&self) -> Option<gmlx_stream::StreamReport> {
+        self.streamed.as_ref().and_then(|s| s.report())
     }
 
     pub fn vocab(&self) -> usize {
@@ -191,7 +206,12 @@ impl Engine {
 /// Opens the model once: the adapter (a LoRA adapter in llama.cpp's format) is checked
 /// against its header before any weight loads, then the weights load and the adapter is
 /// applied live.
-fn load_model(id: &str, path: &Path, adapter: Option<&Path>) -> Result<gmlx_models::Loaded> {
+fn load_model(
+    id: &str,
+    path: &Path,
+    adapter: Option<&Path>,
+    experts: Option<Arc<dyn ExpertPlacement>>,
+) -> Result<gmlx_models::Loaded> {
     let load_error = |source| Error::Load {
         id: id.to_owned(),
         source,
@@ -213,7 +233,10 @@ fn load_model(id: &str, path: &Path, adapter: Option<&Path>) -> Result<gmlx_mode
         })
         .transpose()?;
     let mut loaded = opened
-        .load(&gmlx_models::LoadOptions::default())
+        .load(&gmlx_models::LoadOptions {
+            experts,
+            ..gmlx_models::LoadOptions::default()
+        })
         .map_err(load_error)?;
     if let Some((file, adapter)) = &adapter {
         gmlx_models::adapter::apply(&mut loaded.model, adapter, 1.0)
