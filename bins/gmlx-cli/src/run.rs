@@ -135,6 +135,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         print!("{}", opened.plan());
         return Ok(());
     }
+    let replay = args.moe.check(opened.config())?;
 
     eprintln!(
         "gmlx: loading {} ({})",
@@ -161,6 +162,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             adapter.alpha
         );
     }
+    let hooks = args.moe.install(&mut loaded.model, replay);
     eprintln!(
         "gmlx: loaded in {:.2} s on {:?}: {:.1} MiB of weights in memory",
         loaded.load_time.as_secs_f64(),
@@ -192,7 +194,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         if let Some(line) = moe_args::report(streamed.as_ref()) {
             eprintln!("{line}");
         }
-        return Ok(());
+        return hooks.finish();
     }
 
     let text = args.prompt.unwrap_or_default();
@@ -229,5 +231,5 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     if let Some(line) = moe_args::report(streamed.as_ref()) {
         eprintln!("{line}");
     }
-    Ok(())
+    hooks.finish()
 }

@@ -381,3 +381,61 @@ fn stream_experts_generates_as_resident_and_reports_the_arena() {
     let out = gmlx(&["run", &dense, "--prompt", "a", "--expert-arena-mb", "8"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// `--moe-routes-record` then `--moe-routes-replay` over the same tokens prints the same
+/// text; a replay past the record fails naming the position; `--moe-expert-mass` and
+/// `--moe-expert-probe` run on MoE models and are refused on a dense one.
+#[test]
+fn moe_routes_record_replay_mass_and_probe() {
+    let fixture = |arch: &str, codec: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../../tests/fixtures/{arch}/{arch}-{codec}.gguf"))
+            .display()
+            .to_string()
+    };
+    let model = fixture("qwen3moe", "Q8_0");
+    let dir = std::env::temp_dir().join(format!("gmlx-cli-routes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let routes = dir.join("routes.json").display().to_string();
+    let run = |extra: &[&str], n: &str| {
+        let mut args = vec!["run", &model, "--raw", "--prompt", "Once upon", "-n", n];
+        args.push("--ignore-eos");
+        args.extend(extra);
+        gmlx(&args)
+    };
+    let recorded = run(&["--moe-routes-record", &routes], "12");
+    assert!(recorded.status.success(), "{}", stderr(&recorded));
+    assert!(
+        stderr(&recorded).contains("routes recorded"),
+        "{}",
+        stderr(&recorded)
+    );
+    let replayed = run(&["--moe-routes-replay", &routes], "12");
+    assert!(replayed.status.success(), "{}", stderr(&replayed));
+    assert_eq!(replayed.stdout, recorded.stdout);
+    let past = run(&["--moe-routes-replay", &routes], "20");
+    assert_eq!(past.status.code(), Some(1));
+    assert!(
+        stderr(&past).contains("no recorded route"),
+        "{}",
+        stderr(&past)
+    );
+
+    let probed = run(&["--moe-expert-probe"], "8");
+    assert!(probed.status.success(), "{}", stderr(&probed));
+    assert_eq!(
+        probed.stdout,
+        run(&[], "8").stdout,
+        "the probe changes nothing"
+    );
+    assert!(stderr(&probed).contains("P=0.9"), "{}", stderr(&probed));
+    let truncated = run(&["--moe-expert-mass", "0.5"], "8");
+    assert!(truncated.status.success(), "{}", stderr(&truncated));
+    assert_eq!(run(&["--moe-expert-mass", "0"], "8").status.code(), Some(2));
+
+    let dense = fixture("llama", "Q8_0");
+    let out = gmlx(&["run", &dense, "--prompt", "a", "--moe-expert-probe"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("--moe-expert-probe") && stderr(&out).contains("no MoE"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

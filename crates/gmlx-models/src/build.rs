@@ -238,5 +238,6 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
                 })
             })
             .transpose()?,
+        hooks: Vec::new(),
     })
 }

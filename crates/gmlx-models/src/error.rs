@@ -47,6 +47,13 @@ pub enum Error {
     /// The default model could not be fetched.
     #[error(transparent)]
     DefaultModel(#[from] gmlx_cache::Error),
+    /// A routing hook refused or failed layer `layer`'s routing (a replay without a route
+    /// recorded for a position, say).
+    #[error("layer {layer} routing: {source}")]
+    Routing {
+        layer: usize,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Layer `layer`'s routed experts could not be made available (a streamed read failed or
     /// stalled; the store says which).
     #[error("layer {layer}: {source}")]

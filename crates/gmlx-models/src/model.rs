@@ -27,6 +27,22 @@ impl Model {
         &self.decoder.layers
     }
 
+    /// Adds `hook` to every MoE layer's routing (after those already added); the number of
+    /// MoE layers it reached (0: the model has none).
+    pub fn add_route_hook(
+        &mut self,
+        hook: std::rc::Rc<dyn crate::blocks::moe::RouteHook>,
+    ) -> usize {
+        let mut reached = 0;
+        for layer in &mut self.decoder.layers {
+            if let crate::blocks::decoder::Ffn::Moe(moe) = &mut layer.ffn {
+                moe.hooks.push(hook.clone());
+                reached += 1;
+            }
+        }
+        reached
+    }
+
     pub fn layers_mut(&mut self) -> &mut [DecoderLayer] {
         &mut self.decoder.layers
     }

@@ -27,6 +27,8 @@
 pub mod arena;
 mod error;
 pub mod feeder;
+pub mod mass;
+pub mod moe_routes;
 pub mod reader;
 mod stats;
 mod store;
@@ -40,6 +42,8 @@ use gmlx_mlx::Dtype;
 use gmlx_models::blocks::moe::{ExpertPlacement, ExpertStore, ExpertTensors};
 
 pub use error::{Error, Result};
+pub use mass::{ExpertMass, ExpertProbe};
+pub use moe_routes::{RouteRecorder, RouteReplayer};
 pub use reader::{ExpertReader, FileReader};
 pub use stats::{StreamReport, StreamStats};
 pub use store::StreamedStore;

@@ -22,10 +22,11 @@ pub enum Ffn {
 }
 
 impl Ffn {
-    pub fn forward(&self, x: &Array) -> Result<Array> {
+    /// `x [batch, tokens, hidden]` of layer `layer`, rows starting at `positions`.
+    pub fn forward(&self, x: &Array, layer: usize, positions: &[i32]) -> Result<Array> {
         match self {
             Ffn::Dense(mlp) => mlp.forward(x),
-            Ffn::Moe(moe) => moe.forward(x),
+            Ffn::Moe(moe) => moe.forward(x, layer, positions),
         }
     }
 
@@ -93,7 +94,10 @@ impl DecoderLayer {
             .mixer
             .forward(&self.attn_norm.forward(x)?, layer, ctx)?;
         let h = x.add(&mixed)?;
-        Ok(h.add(&self.ffn.forward(&self.ffn_norm.forward(&h)?)?)?)
+        let ffn = self
+            .ffn
+            .forward(&self.ffn_norm.forward(&h)?, layer, &ctx.positions)?;
+        Ok(h.add(&ffn)?)
     }
 }
 

@@ -40,12 +40,24 @@ pub struct Router {
 impl Router {
     /// `x [n, hidden]` to `(indices [n, k] u32, weights [n, k])`.
     pub fn route(&self, x: &Array) -> Result<(Array, Array)> {
+        let scores = self.scores(x)?;
+        let indices = self.select(&scores)?;
+        let weights = self.weigh(&scores, &indices)?;
+        Ok((indices, weights))
+    }
+
+    /// The gating of the router's logits: `[n, experts]` (for `SoftmaxSelected`, the logits).
+    pub fn scores(&self, x: &Array) -> Result<Array> {
         let logits = self.ffn_gate_inp.forward_gate(x)?;
-        let scores = match self.gating {
+        Ok(match self.gating {
             Gating::Softmax => ops::softmax_axis(&logits, -1, true)?,
             Gating::Sigmoid => ops::sigmoid(&logits)?,
             Gating::SoftmaxSelected => logits,
-        };
+        })
+    }
+
+    /// The `top_k` experts of each row: `[n, k]` u32.
+    pub fn select(&self, scores: &Array) -> Result<Array> {
         let selection = match &self.selection_bias {
             Some(bias) => scores.add(bias)?,
             None => scores.clone(),
@@ -62,7 +74,13 @@ impl Router {
             &[order.shape()[0], k],
         )?)?;
         debug_assert!(k <= experts);
-        let mut weights = scores.take_along_axis(&indices, -1)?;
+        Ok(indices.as_dtype(gmlx_mlx::Dtype::Uint32)?)
+    }
+
+    /// The weights of experts `indices [n, k]` from `scores`, as the router gives them
+    /// (softmax over the selected, normalized, scaled as the model says).
+    pub fn weigh(&self, scores: &Array, indices: &Array) -> Result<Array> {
+        let mut weights = scores.take_along_axis(indices, -1)?;
         if self.gating == Gating::SoftmaxSelected {
             weights = ops::softmax_axis(&weights, -1, true)?;
         }
@@ -74,8 +92,47 @@ impl Router {
         if self.scale != 1.0 && self.scale != 0.0 {
             weights = weights.multiply(Array::from_f32(self.scale))?;
         }
-        Ok((indices.as_dtype(gmlx_mlx::Dtype::Uint32)?, weights))
+        Ok(weights)
     }
+}
+
+/// One MoE layer's routing of one step, as a [`RouteHook`] sees and may change it.
+#[derive(Debug, Clone)]
+pub struct Routing {
+    /// `[n, experts]`: the router's gated scores.
+    pub scores: Array,
+    /// `[n, k]` u32: the experts each row uses.
+    pub indices: Array,
+    /// `[n, k]`: their weights.
+    pub weights: Array,
+}
+
+/// Where a step's rows stand: row `r` of the `[batch, tokens]` input holds the tokens at
+/// positions `positions[b] .. positions[b] + tokens` with `b = r / tokens`.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteAt<'a> {
+    pub layer: usize,
+    pub positions: &'a [i32],
+    pub tokens: i32,
+}
+
+impl RouteAt<'_> {
+    /// Many tokens of one sequence (a prefill chunk), as against decode rows.
+    pub fn prefill(&self) -> bool {
+        self.tokens > 1
+    }
+
+    /// The position of flattened row `row`.
+    pub fn position(&self, row: usize) -> i32 {
+        let t = self.tokens.max(1) as usize;
+        self.positions.get(row / t).copied().unwrap_or(0) + (row % t) as i32
+    }
+}
+
+/// Sees each MoE layer's routing and may change it (record, replay, truncate by mass, probe):
+/// installed on a model with [`crate::Model::add_route_hook`], applied in the order added.
+pub trait RouteHook: Debug {
+    fn route(&self, at: &RouteAt<'_>, router: &Router, routing: Routing) -> Result<Routing>;
 }
 
 /// The activation of the experts' gated MLP.
@@ -300,16 +357,37 @@ pub struct MoeFfn {
     pub router: Router,
     pub experts: Experts,
     pub shared: Option<SharedExpert>,
+    /// See and may change the routing, in order.
+    pub hooks: Vec<Rc<dyn RouteHook>>,
 }
 
 impl MoeFfn {
-    /// `x [batch, tokens, hidden]`.
-    pub fn forward(&self, x: &Array) -> Result<Array> {
+    /// `x [batch, tokens, hidden]` of layer `layer`, its rows starting at `positions`.
+    pub fn forward(&self, x: &Array, layer: usize, positions: &[i32]) -> Result<Array> {
         let shape = x.shape().to_vec();
         let flat = x.reshape(&[-1, shape[2]])?;
-        let (indices, weights) = self.router.route(&flat)?;
-        let prefill = shape[1] > 1;
-        let per_expert = self.experts.forward(&flat, &indices, prefill)?; // [n, k, hidden]
+        let at = RouteAt {
+            layer,
+            positions,
+            tokens: shape[1],
+        };
+        let (indices, weights) = if self.hooks.is_empty() {
+            self.router.route(&flat)?
+        } else {
+            let scores = self.router.scores(&flat)?;
+            let indices = self.router.select(&scores)?;
+            let weights = self.router.weigh(&scores, &indices)?;
+            let mut routing = Routing {
+                scores,
+                indices,
+                weights,
+            };
+            for hook in &self.hooks {
+                routing = hook.route(&at, &self.router, routing)?;
+            }
+            (routing.indices, routing.weights)
+        };
+        let per_expert = self.experts.forward(&flat, &indices, at.prefill())?; // [n, k, hidden]
         let weights = weights.as_dtype(per_expert.dtype())?.expand_dims(-1)?;
         let mut out = per_expert.multiply(&weights)?.sum_axis(1, false)?;
         if let Some(shared) = &self.shared {

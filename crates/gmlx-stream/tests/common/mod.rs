@@ -81,3 +81,34 @@ pub fn try_greedy_logits(
     }
     Ok(out)
 }
+
+/// `tokens[..prefill]` in one pass, then the rest one token at a time (teacher-forced): each
+/// step's last logits as bits, or the first error.
+pub fn forced_logits(
+    model: &gmlx_models::Model,
+    tokens: &[u32],
+    prefill: usize,
+) -> gmlx_models::Result<Vec<Vec<u32>>> {
+    let mut cache = model.new_cache();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < tokens.len() {
+        let n = if at == 0 { prefill } else { 1 };
+        let piece = &tokens[at..at + n];
+        let input = Array::from_slice(piece, &[1, n as i32]);
+        let logits = model
+            .forward(&input, &mut cache, Logits::Last)?
+            .flatten(None, None)
+            .map_err(gmlx_mlx::Error::from)?;
+        logits.eval().map_err(gmlx_mlx::Error::from)?;
+        out.push(
+            logits
+                .as_slice::<f32>()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect(),
+        );
+        at += n;
+    }
+    Ok(out)
+}
