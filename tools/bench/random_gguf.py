@@ -27,6 +27,13 @@ SHAPES = {
     ),
 }
 
+# A small MoE (qwen3moe) whose routed experts (64 per layer, 8 used) are most of its bytes: the
+# expert-streaming benchmark runs it with an arena of a fraction of them.
+SHAPES["qwen3moe-stream"] = dict(
+    arch="qwen3moe", hidden=1024, blocks=8, heads=16, kv_heads=4, head_dim=64, vocab=32000,
+    experts=64, experts_used=8, expert_ffn=512, context=4096,
+)
+
 SCALE = 0.0004  # block scale (f16): keeps random activations finite through 32 blocks
 
 
@@ -51,6 +58,16 @@ class Writer:
             raise SystemExit(f"unsupported type {qtype.name}")
         self.w.add_tensor(name, raw.reshape(rows, -1), raw_shape=(rows, cols // block * size),
                           raw_dtype=qtype)
+
+    def experts(self, name: str, experts: int, rows: int, cols: int) -> None:
+        """A stack of `experts` random Q4_K [rows, cols] matrices (GGUF dims [cols, rows, experts])."""
+        block, size = gguf.GGML_QUANT_SIZES[Q.Q4_K]
+        raw = self.rng.integers(0, 256, size=(experts * rows * (cols // block), size), dtype=np.uint8)
+        scale = np.frombuffer(np.float16(SCALE).tobytes(), dtype=np.uint8)
+        raw[:, 0:2] = scale
+        raw[:, 2:4] = scale
+        self.w.add_tensor(name, raw.reshape(experts, rows, -1),
+                          raw_shape=(experts, rows, cols // block * size), raw_dtype=Q.Q4_K)
 
     def vector(self, name: str, values) -> None:
         self.w.add_tensor(name, np.asarray(values, dtype=np.float32))
@@ -152,6 +169,52 @@ def qwen35(out: str, vocab_from: str, s: dict) -> None:
     g.close()
 
 
+def qwen3moe(out: str, vocab_from: str, s: dict) -> None:
+    g = Writer(out, s["arch"])
+    w = g.w
+    H, L, E = s["hidden"], s["blocks"], s["experts"]
+    w.add_block_count(L)
+    w.add_context_length(s["context"])
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(s["expert_ffn"])
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv_heads"])
+    w.add_key_length(s["head_dim"])
+    w.add_value_length(s["head_dim"])
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(E)
+    w.add_expert_used_count(s["experts_used"])
+    w.add_expert_feed_forward_length(s["expert_ffn"])
+    w.add_vocab_size(s["vocab"])
+    copy_tokenizer(w, vocab_from, s["vocab"])
+    # zero-mean float16 embeddings: random Q4_K blocks share a mean that would make every
+    # token route alike
+    w.add_tensor("token_embd.weight",
+                 g.rng.normal(0, 1.0, size=(s["vocab"], H)).astype(np.float16))
+    g.vector("output_norm.weight", np.ones(H))
+    g.quantized("output.weight", s["vocab"], H, Q.Q6_K)
+    q_width = s["heads"] * s["head_dim"]
+    kv_width = s["kv_heads"] * s["head_dim"]
+    for i in range(L):
+        b = f"blk.{i}"
+        g.vector(f"{b}.attn_norm.weight", np.ones(H))
+        g.quantized(f"{b}.attn_q.weight", q_width, H)
+        g.quantized(f"{b}.attn_k.weight", kv_width, H)
+        g.quantized(f"{b}.attn_v.weight", kv_width, H)
+        g.quantized(f"{b}.attn_output.weight", H, q_width)
+        g.vector(f"{b}.attn_q_norm.weight", np.ones(s["head_dim"]))
+        g.vector(f"{b}.attn_k_norm.weight", np.ones(s["head_dim"]))
+        g.vector(f"{b}.ffn_norm.weight", np.ones(H))
+        # a router with spread-out logits, so different tokens pick different experts
+        w.add_tensor(f"{b}.ffn_gate_inp.weight",
+                     g.rng.normal(0, 1.0, size=(E, H)).astype(np.float32))
+        g.experts(f"{b}.ffn_gate_exps.weight", E, s["expert_ffn"], H)
+        g.experts(f"{b}.ffn_up_exps.weight", E, s["expert_ffn"], H)
+        g.experts(f"{b}.ffn_down_exps.weight", E, H, s["expert_ffn"])
+    g.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shape", choices=sorted(SHAPES))
@@ -159,7 +222,8 @@ def main() -> None:
     ap.add_argument("--vocab-from", required=True, help="a GGUF whose tokenizer keys are copied")
     args = ap.parse_args()
     shape = SHAPES[args.shape]
-    qwen35(args.out, args.vocab_from, shape)
+    build = {"qwen35": qwen35, "qwen3moe": qwen3moe}[shape["arch"]]
+    build(args.out, args.vocab_from, shape)
     print(f"wrote {args.out} ({args.shape})", file=sys.stderr)
 
 

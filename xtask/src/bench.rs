@@ -12,9 +12,11 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("mlx") => mlx(&args[1..]),
         Some("serve") => serve(&args[1..]),
         Some("gguf") => crate::bench_gguf::run(&args[1..]),
+        Some("stream") => stream(&args[1..]),
         other => bail!(
             "usage: cargo xtask bench mlx [--size N --reps R] | serve [--tokens N --streams 1,2,4,8] \
-             | gguf FILE|SHAPE [--prompt N --decode N --threads N] (got {other:?})"
+             | gguf FILE|SHAPE [--prompt N --decode N --threads N] \
+             | stream [--arena-mb N --tokens N --prompt N] (got {other:?})"
         ),
     }
 }
@@ -27,6 +29,27 @@ fn mlx(extra: &[String]) -> Result<()> {
 /// Aggregate decode tok/s of gmlx-serve's engine at 1, 2, 4 and 8 concurrent streams.
 fn serve(extra: &[String]) -> Result<()> {
     cargo_bench("gmlx-serve", "serve", "serve", extra)
+}
+
+/// Decode tok/s, bytes read per token and the arena's hit rate of an MoE-shaped random file
+/// (432 MiB of experts) resident, streamed through an arena, and read through the page cache
+/// every step; the file is written once into `<cache>/bench/`.
+fn stream(extra: &[String]) -> Result<()> {
+    let refs = crate::setup::run()?;
+    let file = crate::bench_gguf::model_file("qwen3moe-stream", &refs.llama_cpp, &refs.python)?;
+    let mut args = vec!["--file".to_owned(), file.display().to_string()];
+    args.extend(extra.iter().cloned());
+    let arena = extra
+        .iter()
+        .position(|a| a == "--arena-mb")
+        .and_then(|i| extra.get(i + 1))
+        .map_or("96", String::as_str);
+    cargo_bench(
+        "gmlx-stream",
+        "stream",
+        &format!("stream-arena{arena}mb"),
+        &args,
+    )
 }
 
 /// Runs `cargo bench -p package --bench bench -- extra`, echoes its output and saves its

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use crate::{cargo, fixtures, run_command, setup};
 
 /// The shapes `tools/bench/random_gguf.py` writes.
-const SHAPES: &[&str] = &["qwen35-9b"];
+const SHAPES: &[&str] = &["qwen35-9b", "qwen3moe-stream"];
 
 /// Where the random files' tokenizer comes from (any byte-level BPE GGUF does; this one is in
 /// the repository, so the device machine writes the same file).
@@ -57,7 +57,7 @@ fn parse(args: &[String]) -> Result<Options> {
 }
 
 /// The file to measure: a path, or a random-weight file of a known shape written once.
-fn model_file(target: &str, sources: &Path, python: &Path) -> Result<PathBuf> {
+pub(crate) fn model_file(target: &str, sources: &Path, python: &Path) -> Result<PathBuf> {
     let path = PathBuf::from(target);
     if path.is_file() {
         return Ok(path);
