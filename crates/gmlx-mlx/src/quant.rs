@@ -427,15 +427,32 @@ impl QuantWeight {
         let mismatch = || Error::SlotForm {
             tensor: self.name.clone(),
         };
-        let written: Vec<Array> = match (&self.data, &update) {
+        // the stack's arrays are taken out of `self` for the update, so that the update's
+        // input is held by nothing else and MLX writes the slot in place
+        let placeholder = || Array::from_f32(0.0);
+        let mut taken: Vec<Array> = match &mut self.data {
+            Data::Packed {
+                w, scales, biases, ..
+            } => {
+                let mut out = vec![
+                    std::mem::replace(w, placeholder()),
+                    std::mem::replace(scales, placeholder()),
+                ];
+                if let Some(b) = biases {
+                    out.push(std::mem::replace(b, placeholder()));
+                }
+                out
+            }
+            Data::Dense(a) => vec![std::mem::replace(a, placeholder())],
+        };
+        let parts: Vec<&Array> = match (&self.data, &update) {
             (
                 Data::Packed {
-                    w,
-                    scales,
                     biases,
                     bits,
                     group_size,
                     mode,
+                    ..
                 },
                 Data::Packed {
                     w: w2,
@@ -445,33 +462,62 @@ impl QuantWeight {
                     group_size: g2,
                     mode: m2,
                 },
-            ) if (bits, group_size, mode) == (bits2, g2, m2) => {
-                let mut out = vec![put(w, w2)?, put(scales, s2)?];
-                match (biases, b2) {
-                    (Some(b), Some(b2)) => out.push(put(b, b2)?),
-                    (None, None) => {}
-                    _ => return Err(mismatch()),
-                }
-                out
+            ) if (bits, group_size, mode) == (bits2, g2, m2)
+                && biases.is_some() == b2.is_some() =>
+            {
+                [Some(w2), Some(s2), b2.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .collect()
             }
-            (Data::Dense(a), Data::Dense(a2)) => vec![put(a, a2)?],
-            _ => return Err(mismatch()),
+            (Data::Dense(_), Data::Dense(a2)) => vec![a2],
+            _ => Vec::new(),
         };
-        mlx_rs::transforms::eval(written.iter())?;
-        let mut written = written.into_iter();
+        let written: Result<Vec<Array>> = if parts.len() == taken.len() {
+            taken
+                .iter()
+                .zip(&parts)
+                .map(|(stack, part)| put(stack, part))
+                .collect()
+        } else {
+            Err(mismatch())
+        };
+        let written = match written {
+            Ok(w) => {
+                drop(std::mem::take(&mut taken));
+                mlx_rs::transforms::eval(w.iter())?;
+                w
+            }
+            // put the stack back as it was
+            Err(e) => {
+                self.restore(taken);
+                return Err(e);
+            }
+        };
+        self.restore(written);
+        Ok(())
+    }
+
+    /// Puts arrays taken out of `self.data` by [`QuantWeight::bind_expert`] back, in order.
+    fn restore(&mut self, arrays: Vec<Array>) {
+        let mut arrays = arrays.into_iter();
+        let mut next = |slot: &mut Array| {
+            if let Some(a) = arrays.next() {
+                *slot = a;
+            }
+        };
         match &mut self.data {
             Data::Packed {
                 w, scales, biases, ..
             } => {
-                *w = written.next().ok_or_else(mismatch)?;
-                *scales = written.next().ok_or_else(mismatch)?;
+                next(w);
+                next(scales);
                 if let Some(b) = biases {
-                    *b = written.next().ok_or_else(mismatch)?;
+                    next(b);
                 }
             }
-            Data::Dense(a) => *a = written.next().ok_or_else(mismatch)?,
+            Data::Dense(a) => next(a),
         }
-        Ok(())
     }
 
     /// A dense weight from an array `[rows, cols]` (or `[cols]`).

@@ -47,6 +47,11 @@ impl Arena {
         }
     }
 
+    /// The layer's expert count.
+    pub fn experts(&self) -> usize {
+        self.popularity.len()
+    }
+
     pub fn slots(&self) -> usize {
         self.held.len()
     }

@@ -36,6 +36,19 @@ pub enum Error {
     FeedersGone,
     #[error("starting a feeder thread: {source}")]
     Spawn { source: std::io::Error },
+    /// A step asked for an expert the layer does not have (a routing hook's choice).
+    #[error("{tensor}: expert {expert} asked for, the layer has {experts}")]
+    NoExpert {
+        tensor: String,
+        expert: u32,
+        experts: usize,
+    },
+    /// A model other than the one this placement streams (one placement per model).
+    #[error("this expert placement streams {}, not {}", streams.display(), asked.display())]
+    OtherModel {
+        streams: std::path::PathBuf,
+        asked: std::path::PathBuf,
+    },
     /// A tensor the plan places in the arena is not where the file says.
     #[error("tensor {tensor} is not in the model's files")]
     NoLocation { tensor: String },

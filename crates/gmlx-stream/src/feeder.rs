@@ -40,6 +40,8 @@ pub struct Feeders<T: Send + 'static> {
     done_tx: Mutex<Sender<(u64, Result<T>)>>,
     done: Mutex<Receiver<(u64, Result<T>)>>,
     next_id: AtomicU64,
+    /// Jobs below this id belong to a fetch that gave up: feeders skip them.
+    floor: Arc<AtomicU64>,
     /// Most threads alive at once (replacements included).
     max_threads: u64,
     stats: Mutex<FeederStats>,
@@ -70,6 +72,7 @@ impl<T: Send + 'static> Feeders<T> {
             done_tx: Mutex::new(done_tx),
             done: Mutex::new(done),
             next_id: AtomicU64::new(0),
+            floor: Arc::new(AtomicU64::new(0)),
             max_threads: 4 * threads.max(1) as u64,
             stats: Mutex::new(FeederStats::default()),
         };
@@ -89,6 +92,7 @@ impl<T: Send + 'static> Feeders<T> {
 
     fn spawn(&self) -> Result<()> {
         let queue = Arc::clone(&self.queue);
+        let floor = Arc::clone(&self.floor);
         let done = lock(&self.done_tx).clone();
         std::thread::Builder::new()
             .name("gmlx-feeder".to_owned())
@@ -100,6 +104,9 @@ impl<T: Send + 'static> Feeders<T> {
                 let Ok(job) = job else {
                     return; // the pool was dropped
                 };
+                if job.id < floor.load(Ordering::Relaxed) {
+                    continue; // its fetch gave up: no one waits for it
+                }
                 let result = (job.task)();
                 if done.send((job.id, result)).is_err() {
                     return;
@@ -108,6 +115,11 @@ impl<T: Send + 'static> Feeders<T> {
             .map_err(|source| Error::Spawn { source })?;
         self.update(|s| s.threads += 1);
         Ok(())
+    }
+
+    /// Tells the feeders to skip the queued jobs of a fetch that ended (ids below `end`).
+    fn give_up(&self, end: u64) {
+        self.floor.fetch_max(end, Ordering::Relaxed);
     }
 
     /// Runs `tasks` on the feeders and returns their results in order, or the first error;
@@ -119,7 +131,10 @@ impl<T: Send + 'static> Feeders<T> {
         timeout: Duration,
         stalled: impl Fn(usize) -> Error,
     ) -> Result<Vec<T>> {
-        let deadline = Instant::now() + timeout;
+        let now = Instant::now();
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365));
         let done = lock(&self.done);
         let n = tasks.len();
         let first = self.next_id.fetch_add(n as u64, Ordering::Relaxed);
@@ -151,11 +166,13 @@ impl<T: Send + 'static> Feeders<T> {
                         }
                         Err(e) => {
                             self.update(|s| s.errors += 1);
+                            self.give_up(first + n as u64);
                             return Err(e);
                         }
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {
+                    self.give_up(first + n as u64);
                     let stuck: Vec<usize> = (0..n).filter(|&i| results[i].is_none()).collect();
                     self.update(|s| s.stalls += stuck.len() as u64);
                     // the stuck reads hold their threads: start others in their place
@@ -235,6 +252,37 @@ mod tests {
         );
         let s = f.stats();
         assert_eq!((s.stalls, s.reads, s.threads), (1, 2, 2));
+    }
+
+    #[test]
+    fn the_queued_reads_of_a_fetch_that_gave_up_are_skipped() {
+        let f = Feeders::<u32>::new(1).expect("feeders");
+        let (release, wait) = mpsc::channel::<()>();
+        let mut tasks: Vec<Task<u32>> = vec![Box::new(move || {
+            let _ = wait.recv();
+            Ok(0)
+        })];
+        for i in 1..20 {
+            tasks.push(Box::new(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                Ok(i)
+            }));
+        }
+        assert!(f.fetch(tasks, Duration::from_millis(50), stalled).is_err());
+        // 19 queued reads of 200 ms would take the next fetch past its deadline
+        let ok: Task<u32> = Box::new(|| Ok(7));
+        let start = Instant::now();
+        assert_eq!(
+            f.fetch(vec![ok], Duration::from_secs(2), stalled)
+                .expect("fetch"),
+            vec![7]
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+        release.send(()).expect("release");
     }
 
     #[test]

@@ -79,7 +79,8 @@ impl Default for StreamOptions {
     }
 }
 
-/// The placement that streams a model's routed experts (one per loaded model).
+/// The placement that streams a model's routed experts: one per loaded model (a second model
+/// is refused).
 #[derive(Debug)]
 pub struct StreamedExperts {
     options: StreamOptions,
@@ -91,6 +92,8 @@ struct State {
     /// A reader given by the caller (tests inject faults through one).
     reader: Option<Arc<dyn ExpertReader>>,
     shared: Option<Shared>,
+    /// The model this placement streams.
+    model: Option<std::path::PathBuf>,
     slots: usize,
     experts: usize,
     arena_bytes: u64,
@@ -133,15 +136,20 @@ impl StreamedExperts {
     }
 
     /// The reader, feeders and slot count, made at the first layer.
-    fn shared(
-        &self,
-        file: &GgufFile,
-        sources: &[Source; 3],
-        experts: usize,
-        dtype: Dtype,
-    ) -> Result<(Shared, usize)> {
+    fn shared(&self, file: &GgufFile, experts: usize, dtype: Dtype) -> Result<(Shared, usize)> {
         let mut state = self.lock();
+        let path = file
+            .paths()
+            .first()
+            .map(|p| p.to_path_buf())
+            .unwrap_or_default();
         if let Some(shared) = &state.shared {
+            if state.model.as_ref() != Some(&path) {
+                return Err(Error::OtherModel {
+                    streams: state.model.clone().unwrap_or_default(),
+                    asked: path,
+                });
+            }
             return Ok((shared.clone(), state.slots));
         }
         let reader = match &state.reader {
@@ -153,17 +161,21 @@ impl StreamedExperts {
                 Arc::new(reader) as Arc<dyn ExpertReader>
             }
         };
-        let moe_layers = file
-            .tensors()
-            .iter()
-            .filter(|t| t.name.ends_with(".ffn_gate_exps.weight"))
-            .count()
-            .max(1) as u64;
-        let mut per_expert = 0u64;
-        for s in sources {
-            per_expert += s.empty_stack(1, dtype)?.nbytes() as u64;
+        // one slot in every MoE layer: the layers' codecs may differ (Q4_K_M files keep some
+        // down projections in Q6_K, held dense)
+        let mut per_slot = 0u64;
+        let mut moe_layers = 0;
+        for info in file.tensors() {
+            let name = &info.name;
+            if [".ffn_gate_exps.", ".ffn_up_exps.", ".ffn_down_exps."]
+                .iter()
+                .any(|p| name.contains(p))
+            {
+                per_slot += Source::new(file, info)?.empty_stack(1, dtype)?.nbytes() as u64;
+                moe_layers += u64::from(name.contains(".ffn_gate_exps."));
+            }
         }
-        let by_bytes = self.options.arena_bytes / (moe_layers * per_expert.max(1));
+        let by_bytes = self.options.arena_bytes / per_slot.max(1);
         let slots =
             (self.options.slots.map_or(by_bytes, |s| s as u64)).clamp(1, experts as u64) as usize;
         let shared = Shared {
@@ -174,9 +186,10 @@ impl StreamedExperts {
             stats: Arc::new(Mutex::new(StreamStats::default())),
         };
         state.shared = Some(shared.clone());
+        state.model = Some(path);
         state.slots = slots;
         state.experts = experts;
-        state.arena_bytes = slots as u64 * per_expert * moe_layers;
+        state.arena_bytes = slots as u64 * per_slot;
         tracing::info!(
             "streaming experts: {slots} of {experts} per layer in the arena ({} MoE layers)",
             moe_layers
@@ -196,7 +209,7 @@ impl StreamedExperts {
             Source::new(file, tensors.down)?,
         ];
         let experts = tensors.gate.dims.get(2).copied().unwrap_or(1) as usize;
-        let (shared, slots) = self.shared(file, &sources, experts, dtype)?;
+        let (shared, slots) = self.shared(file, experts, dtype)?;
         StreamedStore::new(tensors.layer, sources, experts, slots, dtype, shared)
     }
 }

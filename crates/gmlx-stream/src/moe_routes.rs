@@ -41,6 +41,16 @@ pub enum RoutesError {
         first: i32,
         last: i32,
     },
+    /// The record names an expert the layer does not have (a record of another model).
+    #[error(
+        "layer {layer} position {position}: expert {expert} recorded, the layer has {experts}"
+    )]
+    NoExpert {
+        layer: usize,
+        position: i32,
+        expert: u32,
+        experts: i32,
+    },
     /// The record chose another number of experts per token than this router.
     #[error(
         "layer {layer} position {position}: {recorded} recorded experts, the router picks {top_k}"
@@ -194,8 +204,15 @@ impl RouteReplayer {
         ))
     }
 
-    /// The recorded experts of every row.
-    fn recorded(&self, at: &RouteAt<'_>, rows: usize, k: i32) -> Result<Vec<u32>, RoutesError> {
+    /// The recorded experts of every row (ids below `experts`).
+    fn recorded(
+        &self,
+        at: &RouteAt<'_>,
+        rows: usize,
+        k: i32,
+        experts: i32,
+    ) -> Result<Vec<u32>, RoutesError> {
+        let count = experts;
         let span = || {
             let mut positions = self
                 .routes
@@ -225,6 +242,14 @@ impl RouteReplayer {
                     top_k: k,
                 });
             }
+            if let Some(&bad) = experts.iter().find(|&&e| e as i64 >= i64::from(count)) {
+                return Err(RoutesError::NoExpert {
+                    layer: at.layer,
+                    position,
+                    expert: bad,
+                    experts: count,
+                });
+            }
             ids.extend_from_slice(experts);
         }
         Ok(ids)
@@ -240,7 +265,7 @@ impl RouteHook for RouteReplayer {
     ) -> gmlx_models::Result<Routing> {
         let shape = routing.indices.shape().to_vec();
         let ids = self
-            .recorded(at, shape[0] as usize, shape[1])
+            .recorded(at, shape[0] as usize, shape[1], routing.scores.shape()[1])
             .map_err(|e| boxed(at.layer, e))?;
         let indices = Array::from_slice(&ids, &shape);
         let weights = router.weigh(&routing.scores, &indices)?;

@@ -25,12 +25,6 @@ pub trait ExpertReader: Send + Sync + std::fmt::Debug {
 /// Alignment of `O_DIRECT` reads: offsets, lengths and buffers in whole blocks.
 const DIRECT_ALIGN: usize = 4096;
 
-/// Linux's `O_DIRECT` (x86_64 and aarch64 spell it differently).
-#[cfg(all(target_os = "linux", target_arch = "aarch64"))]
-const O_DIRECT: i32 = 0o200000;
-#[cfg(all(target_os = "linux", not(target_arch = "aarch64")))]
-const O_DIRECT: i32 = 0o40000;
-
 /// The model's files, each opened twice: buffered, and (where the file system allows it)
 /// with `O_DIRECT` for slot reads.
 #[derive(Debug)]
@@ -63,7 +57,7 @@ impl FileReader {
 fn open_direct(path: &Path) -> Option<File> {
     std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(O_DIRECT)
+        .custom_flags(libc::O_DIRECT)
         .open(path)
         .ok()
 }
@@ -93,7 +87,14 @@ impl ExpertReader for FileReader {
         let lead = (offset - start) as usize;
         let span = (lead + buf.len()).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
         let mut aligned = AlignedBuf::new(span);
-        let got = read_up_to(direct, aligned.as_mut(), start)?;
+        let got = match read_up_to(direct, aligned.as_mut(), start) {
+            Ok(got) => got,
+            // a file system that took O_DIRECT at open but refuses this read
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                return buffered.read_exact_at(buf, offset);
+            }
+            Err(e) => return Err(e),
+        };
         if got < lead + buf.len() {
             // the end of the file is not block-aligned: the tail past the last whole block
             // comes back short; read what is missing through the buffered handle

@@ -76,6 +76,19 @@ fn a_replayed_record_gives_the_recorded_logits_and_its_experts() {
         err.contains("no recorded route") && err.contains(&format!("position {TOKENS}")),
         "{err}"
     );
+
+    // a record naming an expert the model does not have (another model's) is refused
+    let text = std::fs::read_to_string(&file).expect("read");
+    let mut json: serde_json::Value = serde_json::from_str(&text).expect("json");
+    json["routes"][3]["experts"][1] = serde_json::json!(9);
+    let bad = dir.join("other-model.json");
+    std::fs::write(&bad, json.to_string()).expect("write");
+    let mut model = load(&path, &LoadOptions::default()).expect("load").model;
+    model.add_route_hook(Rc::new(RouteReplayer::from_file(&bad).expect("read")));
+    let err = forced_logits(&model, tokens, PREFILL)
+        .expect_err("expert 9 of 4")
+        .to_string();
+    assert!(err.contains("expert 9 recorded, the layer has 4"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
