@@ -15,20 +15,6 @@ use gmlx_models::{invariance, load, LoadOptions};
 /// Rows of the sequence under test.
 const ROWS: i32 = 5;
 
-fn fixture(arch: &str, codec: &str) -> (std::path::PathBuf, Vec<u32>) {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(arch);
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join(format!("{arch}-{codec}.json"))).expect("golden"),
-    )
-    .expect("golden JSON");
-    (
-        dir.join(format!("{arch}-{codec}.gguf")),
-        common::ids(&golden["sequence"]),
-    )
-}
-
 fn values(a: &Array) -> Vec<u32> {
     let a = a.as_dtype(gmlx_mlx::Dtype::Float32).expect("f32");
     a.eval().expect("eval");
@@ -93,7 +79,7 @@ fn rows_of(
 fn router_scores_and_decay_gates_do_not_depend_on_the_other_rows() {
     invariance::set(true);
     for (arch, codec) in [("qwen35moe", "Q4_K_M"), ("qwen3next", "Q8_0")] {
-        let (path, sequence) = fixture(arch, codec);
+        let (path, sequence) = common::fixture(arch, codec);
         let loaded = load(&path, &LoadOptions::default()).expect("load");
         let model = &loaded.model;
         let ours = &sequence[..ROWS as usize];

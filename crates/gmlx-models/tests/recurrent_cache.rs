@@ -9,20 +9,6 @@ use gmlx_mlx::{Array, Dtype};
 use gmlx_models::cache::LayerCache;
 use gmlx_models::{load, LoadOptions, Logits};
 
-fn fixture(arch: &str, codec: &str) -> (std::path::PathBuf, Vec<u32>) {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(arch);
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join(format!("{arch}-{codec}.json"))).expect("golden"),
-    )
-    .expect("golden JSON");
-    (
-        dir.join(format!("{arch}-{codec}.gguf")),
-        common::ids(&golden["sequence"]),
-    )
-}
-
 /// Bytes and dtype of layer `l`'s delta-rule state.
 fn state_of(cache: &gmlx_models::cache::SequenceCache, l: usize) -> (usize, Dtype) {
     let LayerCache::Recurrent(r) = &cache.layers()[l] else {
@@ -34,7 +20,7 @@ fn state_of(cache: &gmlx_models::cache::SequenceCache, l: usize) -> (usize, Dtyp
 
 #[test]
 fn pieces_of_any_length_continue_the_recurrent_state_exactly() {
-    let (path, sequence) = fixture("qwen3next", "F16");
+    let (path, sequence) = common::fixture("qwen3next", "F16");
     let loaded = load(&path, &LoadOptions::default()).expect("load");
     let model = &loaded.model;
     let whole = common::all_logits(&loaded, &sequence);
@@ -75,7 +61,7 @@ fn pieces_of_any_length_continue_the_recurrent_state_exactly() {
 
 #[test]
 fn the_state_stays_float32_under_bfloat16_activations() {
-    let (path, sequence) = fixture("qwen35", "Q8_0");
+    let (path, sequence) = common::fixture("qwen35", "Q8_0");
     let options = LoadOptions {
         dtype: Dtype::Bfloat16,
         ..LoadOptions::default()

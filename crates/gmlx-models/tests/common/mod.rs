@@ -82,3 +82,18 @@ pub fn greedy(loaded: &Loaded, prompt: &[u32], n: usize, ignore_eos: bool) -> Ve
         .map(|p| p.expect("piece").token)
         .collect()
 }
+
+/// A fixture's GGUF and its golden's token sequence.
+pub fn fixture(arch: &str, codec: &str) -> (std::path::PathBuf, Vec<u32>) {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(arch);
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("{arch}-{codec}.json"))).expect("golden"),
+    )
+    .expect("golden JSON");
+    (
+        dir.join(format!("{arch}-{codec}.gguf")),
+        ids(&golden["sequence"]),
+    )
+}
