@@ -16,6 +16,14 @@ fn default_model() -> String {
         .to_string()
 }
 
+/// A certification fixture's path.
+fn fixture(arch: &str, codec: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../tests/fixtures/{arch}/{arch}-{codec}.gguf"))
+        .display()
+        .to_string()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -328,12 +336,6 @@ fn perplexity_json_gives_llama_cpps_next_token_logprobs() {
 /// `--expert-arena-mb` alone is a usage error.
 #[test]
 fn stream_experts_generates_as_resident_and_reports_the_arena() {
-    let fixture = |arch: &str, codec: &str| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("../../tests/fixtures/{arch}/{arch}-{codec}.gguf"))
-            .display()
-            .to_string()
-    };
     let model = fixture("gpt-oss", "MXFP4_MOE");
     let common = [
         "run",
@@ -387,12 +389,6 @@ fn stream_experts_generates_as_resident_and_reports_the_arena() {
 /// `--moe-expert-probe` run on MoE models and are refused on a dense one.
 #[test]
 fn moe_routes_record_replay_mass_and_probe() {
-    let fixture = |arch: &str, codec: &str| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("../../tests/fixtures/{arch}/{arch}-{codec}.gguf"))
-            .display()
-            .to_string()
-    };
     let model = fixture("qwen3moe", "Q8_0");
     let dir = std::env::temp_dir().join(format!("gmlx-cli-routes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp");
