@@ -150,6 +150,27 @@ fn config(args: &TrainArgs) -> Result<TrainConfig, Failure> {
     .map_err(usage)
 }
 
+/// Float32 products stay exact in training unless the user turned TF32 on; the gated-DeltaNet
+/// scan compounds TF32's rounding over every token of a row, so that case gets one notice.
+fn tf32_notice(
+    precision: gmlx_mlx::precision::Precision,
+    config: &gmlx_models::ModelConfig,
+) -> Option<String> {
+    let recurrent = config
+        .layers
+        .iter()
+        .any(|l| matches!(l.mixer, gmlx_models::config::MixerSpec::GatedDeltaNet(_)));
+    (precision.tf32 && recurrent).then(|| {
+        format!(
+            "gmlx: notice: {} is on, so float32 products on a GPU use TF32 (about 1e-3 relative); \
+             the {} model's gated-DeltaNet scan compounds that over every token of a row \
+             (unset it, or set it to 0, for exact float32)",
+            gmlx_mlx::precision::TF32_VAR,
+            config.arch
+        )
+    })
+}
+
 pub fn train(args: TrainArgs) -> Result<(), Failure> {
     // Everything the user gave is checked before the base model is fetched or loaded.
     let config = config(&args)?;
@@ -175,6 +196,9 @@ pub fn train(args: TrainArgs) -> Result<(), Failure> {
         device,
         ..LoadOptions::default()
     })?;
+    if let Some(notice) = tf32_notice(gmlx_mlx::init(), loaded.config()) {
+        eprintln!("{notice}");
+    }
     eprintln!(
         "gmlx: {:.1} MiB of weights, kept quantized; training {} rows{}",
         loaded.weight_bytes as f64 / (1024.0 * 1024.0),

@@ -97,6 +97,11 @@ fn refusals_come_before_the_model_loads_and_leave_nothing_behind() {
     assert_refused(&train(&["--dropout", "1"], &ok, &out), "--dropout");
     assert_refused(&train(&["--dropout", "-0.1"], &ok, &out), "--dropout");
     assert_refused(&train(&["--keys", "wq"], &ok, &out), "--keys");
+    let file = dir.join("data/train.jsonl").to_string_lossy().into_owned();
+    assert_refused(
+        &train(&[], &ok, &format!("{file}/")),
+        "exists and is not a folder",
+    );
     let unwritable = dir.join("no/such/folder/a.gguf");
     assert_refused(
         &train(&[], &ok, &unwritable.to_string_lossy()),
@@ -529,4 +534,38 @@ fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// With `MLX_ENABLE_TF32=1`, training a gated-DeltaNet model prints one notice; without it,
+/// or on an attention-only model, none.
+#[test]
+fn tf32_on_a_delta_net_model_gets_one_notice() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+    let train = |arch: &str, tf32: Option<&str>| -> String {
+        let model = format!("{fixtures}/{arch}/{arch}-Q8_0.gguf");
+        let dir = scratch(&format!("tf32-{arch}-{}", tf32.unwrap_or("unset")));
+        let out_dir = format!("{}/adapters/", dir.display());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmlx"));
+        cmd.args([
+            "train",
+            &model,
+            "--data",
+            &data_dir(),
+            "--adapter-out",
+            &out_dir,
+        ])
+        .args(["--iters", "1", "--batch-size", "1", "--val-every", "0"]);
+        match tf32 {
+            Some(v) => cmd.env("MLX_ENABLE_TF32", v),
+            None => cmd.env_remove("MLX_ENABLE_TF32"),
+        };
+        let out = cmd.output().expect("run gmlx");
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+    let notices = |log: &str| log.matches("notice: MLX_ENABLE_TF32 is on").count();
+    assert_eq!(notices(&train("qwen35moe", Some("1"))), 1);
+    assert_eq!(notices(&train("qwen35moe", None)), 0);
+    assert_eq!(notices(&train("qwen35moe", Some("0"))), 0);
+    assert_eq!(notices(&train("qwen3moe", Some("1"))), 0);
 }

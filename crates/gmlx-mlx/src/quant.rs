@@ -78,6 +78,12 @@ pub fn training_products() -> ProductsGuard {
     ProductsGuard::set(&TRAINING)
 }
 
+/// Whether a [`training_products`] guard is alive on this thread (the forward pass being
+/// built will be differentiated).
+pub fn training() -> bool {
+    TRAINING.with(|f| f.get())
+}
+
 /// Allows CPU products of few rows on this thread to use the host kernel of
 /// [`crate::cpu_qmm`] until the guard drops. That kernel evaluates its input: hold one only
 /// around inference, never around a graph that will be differentiated. A

@@ -36,6 +36,11 @@ impl OutputPlan {
                 file: path.join(DEFAULT_FILE_NAME),
                 create_dir: None,
             }
+        } else if names_folder
+            && Path::new(text.trim_end_matches(['/', std::path::MAIN_SEPARATOR])).exists()
+        {
+            // (a path with a trailing slash does not `exist` when it names a file)
+            return Err(refuse(path, "exists and is not a folder"));
         } else if names_folder {
             OutputPlan {
                 file: path.join(DEFAULT_FILE_NAME),

@@ -212,7 +212,7 @@ impl GatedDeltaNet {
             g: per_token(g)?,
             beta: per_token(beta)?,
         };
-        let (out, state) = if tokens == 1 {
+        let (out, state) = if tokens == 1 || !delta_rule::chunked_here() {
             delta_rule::recurrent(&input, &state)?
         } else {
             delta_rule::chunked(&input, &state)?

@@ -17,6 +17,13 @@ use crate::error::Result;
 /// Tokens per chunk of the chunked form (llama.cpp and the reference kernels use 64).
 pub const CHUNK: i32 = 64;
 
+/// Whether a scan of many tokens runs in the chunked form: always, except in a forward pass
+/// that training differentiates with `GMLX_TRAIN_GDN_CHUNK=0` (the per-token loop, which keeps
+/// every token's state on the gradient tape: for comparisons).
+pub fn chunked_here() -> bool {
+    !(gmlx_mlx::quant::training() && std::env::var("GMLX_TRAIN_GDN_CHUNK").is_ok_and(|v| v == "0"))
+}
+
 /// The inputs of one scan, already mapped to the value heads: `q`, `k [batch, heads, tokens,
 /// k_dim]` (L2-normed; `q` not yet scaled), `v [batch, heads, tokens, v_dim]`, the log decay
 /// `g` and the write strength `beta`, both `[batch, heads, tokens]`. All float32.
@@ -213,6 +220,59 @@ mod tests {
                 d_out < 2e-5 && d_state < 2e-5,
                 "{tokens} tokens: outputs differ by {d_out}, states by {d_state}"
             );
+        }
+        Ok(())
+    }
+
+    /// Training differentiates the chunked form: its loss and its gradients with respect to
+    /// every input (queries, keys, values, decay, strength and the starting state) equal the
+    /// per-token loop's to rounding, at lengths that straddle chunks.
+    #[test]
+    fn the_chunked_form_has_the_per_token_gradients() -> Result<()> {
+        use gmlx_mlx::mlx_rs::error::Exception;
+        use gmlx_mlx::mlx_rs::transforms::value_and_grad_with_argnums;
+        for tokens in [1, 63, 65, 130] {
+            let x = input(tokens, 40 + tokens as u64)?;
+            let start = noise(98, &[2, 3, 16, 8])?.multiply(Array::from_f32(0.3))?;
+            let weights = noise(97, &[2, 3, tokens, 8])?;
+            let state_weights = noise(96, &[2, 3, 16, 8])?;
+            let loss = |chunk: bool| {
+                let (w, sw) = (weights.clone(), state_weights.clone());
+                move |p: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
+                    let x = ScanInput {
+                        q: p[0].clone(),
+                        k: p[1].clone(),
+                        v: p[2].clone(),
+                        g: p[3].clone(),
+                        beta: p[4].clone(),
+                    };
+                    let scan = if chunk { chunked } else { recurrent };
+                    let (out, state) =
+                        scan(&x, &p[5]).map_err(|e| Exception::custom(e.to_string()))?;
+                    let l = out
+                        .multiply(&w)?
+                        .sum(None)?
+                        .add(state.multiply(&sw)?.sum(None)?)?;
+                    Ok(vec![l])
+                }
+            };
+            let params = [x.q, x.k, x.v, x.g, x.beta, start];
+            let argnums: Vec<i32> = (0..6).collect();
+            let (l_loop, g_loop) = value_and_grad_with_argnums(loss(false), &argnums[..])(&params)?;
+            let (l_chunk, g_chunk) =
+                value_and_grad_with_argnums(loss(true), &argnums[..])(&params)?;
+            let d_loss = max_diff(&l_loop[0], &l_chunk[0])?;
+            assert!(d_loss < 1e-3, "{tokens} tokens: losses differ by {d_loss}");
+            for (i, (a, b)) in g_loop.iter().zip(&g_chunk).enumerate() {
+                let peak = a.abs()?.max(None)?;
+                peak.eval()?;
+                let scale = peak.as_slice::<f32>()[0].max(1.0);
+                let d = max_diff(a, b)? / scale;
+                assert!(
+                    d < 1e-4,
+                    "{tokens} tokens, input {i}: gradients differ by {d} (relative)"
+                );
+            }
         }
         Ok(())
     }
