@@ -569,3 +569,75 @@ fn tf32_on_a_delta_net_model_gets_one_notice() {
     assert_eq!(notices(&train("qwen35moe", Some("0"))), 0);
     assert_eq!(notices(&train("qwen3moe", Some("1"))), 0);
 }
+
+/// The shared expert's projections and the gated DeltaNet's fused `attn_qkv`, `attn_gate` and
+/// `ssm_out` are adapter targets: trained alone (`--keys`), they are the adapter's tensors,
+/// and `gmlx run --adapter` applies them (the text changes; at scale 0 it is the base's).
+#[test]
+fn shared_experts_and_fused_delta_net_projections_train_and_apply() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+    let model = format!("{fixtures}/qwen35moe/qwen35moe-Q8_0.gguf");
+    let dir = scratch("shexp-qkv");
+    let out_dir = format!("{}/adapters/", dir.display());
+    let keys = "attn_qkv,attn_gate,ssm_out,ffn_gate_shexp,ffn_up_shexp,ffn_down_shexp";
+    let t = gmlx(&[
+        "train",
+        &model,
+        "--data",
+        &data_dir(),
+        "--adapter-out",
+        &out_dir,
+        "--keys",
+        keys,
+        "--rank",
+        "8",
+        "--iters",
+        "12",
+        "--batch-size",
+        "2",
+        "--learning-rate",
+        "1e-2",
+        "--val-every",
+        "0",
+        "--seed",
+        "1",
+    ]);
+    assert!(t.status.success(), "{}", stderr(&t));
+    let adapter = format!("{out_dir}adapter.gguf");
+    let file = gmlx_gguf::GgufFile::open(&adapter).expect("adapter");
+    let names: Vec<&str> = file.tensors().iter().map(|t| t.name.as_str()).collect();
+    for key in keys.split(',') {
+        assert!(
+            names
+                .iter()
+                .any(|n| n.contains(&format!(".{key}.weight.lora_a"))),
+            "{key} missing from {names:?}"
+        );
+    }
+    assert!(
+        names.iter().all(|n| keys.split(',').any(|k| n.contains(k))),
+        "only the keys asked for: {names:?}"
+    );
+    let run = |extra: &[&str]| -> String {
+        let mut args = vec![
+            "run",
+            &model,
+            "--raw",
+            "--prompt",
+            "The capital of Zorbania is",
+        ];
+        args.extend(["-n", "8", "--temperature", "0", "--ignore-eos"]);
+        args.extend(extra);
+        let o = gmlx(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let base = run(&[]);
+    assert_ne!(
+        run(&["--adapter", &adapter]),
+        base,
+        "the adapter changed nothing"
+    );
+    assert_eq!(run(&["--adapter", &adapter, "--adapter-scale", "0"]), base);
+    let _ = std::fs::remove_dir_all(&dir);
+}

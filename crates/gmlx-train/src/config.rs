@@ -11,6 +11,14 @@ pub const KEYS: &[(&str, &str)] = &[
     ("ffn_gate", "gate_proj"),
     ("ffn_up", "up_proj"),
     ("ffn_down", "down_proj"),
+    // gated DeltaNet: the fused q-k-v input, the output gate's input, the output
+    ("attn_qkv", "in_proj_qkv"),
+    ("attn_gate", "in_proj_z"),
+    ("ssm_out", "out_proj"),
+    // the shared expert of Qwen3.5 / Qwen3-Next MoE
+    ("ffn_gate_shexp", "shared_expert.gate_proj"),
+    ("ffn_up_shexp", "shared_expert.up_proj"),
+    ("ffn_down_shexp", "shared_expert.down_proj"),
 ];
 
 /// Where and how big the adapters are.
@@ -22,7 +30,8 @@ pub struct LoraConfig {
     pub alpha: f32,
     /// Dropout on each adapter's input, in `[0, 1)` (0).
     pub dropout: f32,
-    /// GGUF slot names of the adapted projections (all seven by default).
+    /// GGUF slot names of the adapted projections (every one of [`KEYS`] by default; a
+    /// model adapts those it has).
     pub keys: Vec<String>,
     /// Adapt only the top N blocks; `None` adapts every block.
     pub num_layers: Option<usize>,

@@ -30,7 +30,8 @@ impl Ffn {
         }
     }
 
-    /// Its weights: a dense MLP's projections are adapter targets, an MoE's are not.
+    /// Its weights: a dense MLP's projections are adapter targets, an MoE's shared expert's
+    /// too, its routed experts and router not.
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
         match self {
             Ffn::Dense(m) => m.visit(v),
@@ -41,7 +42,11 @@ impl Ffn {
     pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
         match self {
             Ffn::Dense(m) => m.visit_mut(v),
-            Ffn::Moe(_) => {}
+            Ffn::Moe(moe) => {
+                if let Some(shared) = &mut moe.shared {
+                    shared.visit_mut(v);
+                }
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use gmlx_mlx::{ops, Array, QuantWeight};
 
 use crate::blocks::linear::Linear;
 use crate::blocks::mlp::SwiGlu;
-use crate::blocks::visit::{Frozen, WeightVisitor};
+use crate::blocks::visit::{Frozen, LinearVisitorMut, WeightVisitor};
 use crate::error::Result;
 
 /// How router logits become expert scores.
@@ -343,11 +343,16 @@ impl SharedExpert {
         }
     }
 
+    /// Its weights: the MLP's projections are adapter targets, the gate vector is not.
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
-        self.mlp.visit(&mut Frozen(v));
+        self.mlp.visit(v);
         if let Some(gate) = &self.ffn_gate_inp_shexp {
             v.array(gate);
         }
+    }
+
+    pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
+        self.mlp.visit_mut(v);
     }
 }
 
@@ -396,7 +401,8 @@ impl MoeFfn {
         Ok(out.reshape(&shape)?)
     }
 
-    /// Its weights: the router (not an adapter target), the experts, the shared expert.
+    /// Its weights: the router (not an adapter target), the experts, the shared expert (whose
+    /// projections are).
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
         Frozen(v).linear(&self.router.ffn_gate_inp);
         if let Some(bias) = &self.router.selection_bias {
