@@ -1,6 +1,7 @@
-//! Training a gated-DeltaNet model (the `qwen35` fixture: DeltaNet layers 0-1, attention layer
-//! 2) differentiates the chunked scan (64 tokens per step); `GMLX_TRAIN_GDN_CHUNK=0` restores
-//! the per-token loop. On a 150-token row (three chunks) both give the same loss and LoRA
+//! Training a gated-DeltaNet model (the `qwen35` and `qwen3next` fixtures: DeltaNet layers
+//! 0-1, attention layer 2) differentiates the chunked scan (64 tokens per step) inside a
+//! checkpoint (recomputed in the backward pass); `GMLX_TRAIN_GDN_CHUNK=0` restores the
+//! per-token loop. On a 150-token row (three chunks) both give the same loss and LoRA
 //! gradients to rounding. Its own test binary: the switch is the process's environment.
 use gmlx_mlx::Array;
 use gmlx_models::{load, LoadOptions};
@@ -17,10 +18,17 @@ fn host(a: &Array) -> Vec<f32> {
 
 #[test]
 fn the_chunked_scan_trains_like_the_per_token_loop() {
-    let dir =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/qwen35");
+    for arch in ["qwen35", "qwen3next"] {
+        chunked_against_loop(arch);
+    }
+}
+
+fn chunked_against_loop(arch: &str) {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(arch);
     let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("qwen35-Q8_0.json")).expect("golden"),
+        &std::fs::read_to_string(dir.join(format!("{arch}-Q8_0.json"))).expect("golden"),
     )
     .expect("json");
     let ids: Vec<u32> = golden["sequence"]
@@ -30,9 +38,12 @@ fn the_chunked_scan_trains_like_the_per_token_loop() {
         .take(150)
         .map(|v| v.as_u64().expect("id") as u32)
         .collect();
-    let model = load(dir.join("qwen35-Q8_0.gguf"), &LoadOptions::default())
-        .expect("load")
-        .model;
+    let model = load(
+        dir.join(format!("{arch}-Q8_0.gguf")),
+        &LoadOptions::default(),
+    )
+    .expect("load")
+    .model;
     let config = LoraConfig {
         rank: 4,
         dropout: 0.0,
@@ -67,7 +78,7 @@ fn the_chunked_scan_trains_like_the_per_token_loop() {
 
     assert!(
         (loss_chunked - loss_loop).abs() < 1e-4 * loss_loop.abs().max(1.0),
-        "{loss_chunked} vs {loss_loop}"
+        "{arch}: {loss_chunked} vs {loss_loop}"
     );
     let mut worst = 0f32;
     for (a, b) in grads_chunked.iter().zip(&grads_loop) {
@@ -80,9 +91,9 @@ fn the_chunked_scan_trains_like_the_per_token_loop() {
         worst = worst.max(d / scale);
     }
     eprintln!(
-        "loss chunked {loss_chunked} loop {loss_loop}; max relative gradient difference {worst:e}"
+        "{arch}: loss chunked {loss_chunked} loop {loss_loop}; max relative gradient difference {worst:e}"
     );
-    assert!(worst < 1e-3, "gradients differ by {worst:e}");
+    assert!(worst < 1e-3, "{arch}: gradients differ by {worst:e}");
     assert!(grads_chunked
         .iter()
         .any(|g| host(g).iter().any(|v| *v != 0.0)));

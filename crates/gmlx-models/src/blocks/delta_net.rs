@@ -214,6 +214,8 @@ impl GatedDeltaNet {
         };
         let (out, state) = if tokens == 1 || !delta_rule::chunked_here() {
             delta_rule::recurrent(&input, &state)?
+        } else if gmlx_mlx::quant::training() {
+            delta_rule::chunked_checkpointed(&input, &state)?
         } else {
             delta_rule::chunked(&input, &state)?
         };

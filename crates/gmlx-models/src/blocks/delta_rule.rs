@@ -24,6 +24,41 @@ pub fn chunked_here() -> bool {
     !(gmlx_mlx::quant::training() && std::env::var("GMLX_TRAIN_GDN_CHUNK").is_ok_and(|v| v == "0"))
 }
 
+/// [`chunked`] inside MLX's checkpoint transform: a differentiated pass keeps only the scan's
+/// inputs, and the backward pass runs the scan again to rebuild its chunk states, so nothing
+/// per chunk or per token stays on the gradient tape.
+pub fn chunked_checkpointed(input: &ScanInput, state: &Array) -> Result<(Array, Array)> {
+    let scan = gmlx_mlx::checkpoint::Checkpointed::new(|xs: &[Array]| {
+        let input = ScanInput {
+            q: xs[0].clone(),
+            k: xs[1].clone(),
+            v: xs[2].clone(),
+            g: xs[3].clone(),
+            beta: xs[4].clone(),
+        };
+        let (out, state) = chunked(&input, &xs[5])
+            .map_err(|e| gmlx_mlx::mlx_rs::error::Exception::custom(e.to_string()))?;
+        Ok(vec![out, state])
+    })?;
+    let inputs = [
+        input.q.clone(),
+        input.k.clone(),
+        input.v.clone(),
+        input.g.clone(),
+        input.beta.clone(),
+        state.clone(),
+    ];
+    let mut outs = scan.apply(&inputs)?.into_iter();
+    match (outs.next(), outs.next()) {
+        (Some(out), Some(state)) => Ok((out, state)),
+        _ => Err(gmlx_mlx::Error::Ffi {
+            call: "mlx_closure_apply",
+            code: 0,
+        }
+        .into()),
+    }
+}
+
 /// The inputs of one scan, already mapped to the value heads: `q`, `k [batch, heads, tokens,
 /// k_dim]` (L2-normed; `q` not yet scaled), `v [batch, heads, tokens, v_dim]`, the log decay
 /// `g` and the write strength `beta`, both `[batch, heads, tokens]`. All float32.
@@ -259,10 +294,38 @@ mod tests {
             let params = [x.q, x.k, x.v, x.g, x.beta, start];
             let argnums: Vec<i32> = (0..6).collect();
             let (l_loop, g_loop) = value_and_grad_with_argnums(loss(false), &argnums[..])(&params)?;
+            // the checkpointed scan recomputes the very same graph: the same gradients, bit
+            // for bit, as the plain chunked scan
+            let checkpointed = {
+                let (w, sw) = (weights.clone(), state_weights.clone());
+                move |p: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
+                    let x = ScanInput {
+                        q: p[0].clone(),
+                        k: p[1].clone(),
+                        v: p[2].clone(),
+                        g: p[3].clone(),
+                        beta: p[4].clone(),
+                    };
+                    let (out, state) = chunked_checkpointed(&x, &p[5])
+                        .map_err(|e| Exception::custom(e.to_string()))?;
+                    Ok(vec![out
+                        .multiply(&w)?
+                        .sum(None)?
+                        .add(state.multiply(&sw)?.sum(None)?)?])
+                }
+            };
+            let (_, g_ckpt) = value_and_grad_with_argnums(checkpointed, &argnums[..])(&params)?;
             let (l_chunk, g_chunk) =
                 value_and_grad_with_argnums(loss(true), &argnums[..])(&params)?;
             let d_loss = max_diff(&l_loop[0], &l_chunk[0])?;
             assert!(d_loss < 1e-3, "{tokens} tokens: losses differ by {d_loss}");
+            for (i, (a, b)) in g_ckpt.iter().zip(&g_chunk).enumerate() {
+                assert_eq!(
+                    max_diff(a, b)?,
+                    0.0,
+                    "{tokens} tokens, input {i}: checkpointed"
+                );
+            }
             for (i, (a, b)) in g_loop.iter().zip(&g_chunk).enumerate() {
                 let peak = a.abs()?.max(None)?;
                 peak.eval()?;
