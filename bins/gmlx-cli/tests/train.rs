@@ -474,13 +474,37 @@ fn an_interrupted_run_exits_130_and_leaves_nothing_behind() {
     std::fs::remove_dir_all(&dir).expect("rm");
 }
 
-/// The hybrid gated-DeltaNet and MoE fixtures train (gradients through the chunked scan, the
-/// routers' discrete choice left out of the tape) and the adapter changes what `gmlx run`
-/// generates with it.
+/// Every certified architecture's fixture trains (hybrids: gradients through the chunked scan;
+/// MoE: the routers' discrete choice left out of the tape), with and without validation data
+/// (every other architecture validates), and the adapter changes what `gmlx run` generates.
 #[test]
 fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
     let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
-    for arch in ["qwen35", "qwen35moe", "qwen3next", "qwen3moe"] {
+    let archs = [
+        "qwen35",
+        "qwen35moe",
+        "qwen3next",
+        "qwen3moe",
+        "llama",
+        "qwen3",
+        "gpt-oss",
+    ];
+    // the made-up-fact rows without their valid.jsonl
+    let train_only = scratch("train-only");
+    std::fs::create_dir_all(&train_only).expect("dir");
+    std::fs::copy(
+        Path::new(&data_dir()).join("train.jsonl"),
+        train_only.join("train.jsonl"),
+    )
+    .expect("copy");
+    let train_only = train_only.display().to_string();
+    for (i, arch) in archs.into_iter().enumerate() {
+        let validate = i % 2 == 1;
+        let data = if validate {
+            data_dir()
+        } else {
+            train_only.clone()
+        };
         let model = format!("{fixtures}/{arch}/{arch}-Q8_0.gguf");
         let dir = scratch(&format!("fixture-{arch}"));
         let out_dir = format!("{}/adapters/", dir.display());
@@ -488,7 +512,7 @@ fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
             "train",
             &model,
             "--data",
-            &data_dir(),
+            &data,
             "--adapter-out",
             &out_dir,
             "--rank",
@@ -500,12 +524,13 @@ fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
             "--learning-rate",
             "1e-2",
             "--val-every",
-            "0",
+            "6",
             "--seed",
             "1",
         ]);
         let log = stderr(&t);
         assert!(t.status.success(), "{arch}: {log}");
+        assert_eq!(log.contains("val loss"), validate, "{arch}: {log}");
         let adapter = format!("{out_dir}adapter.gguf");
         let run = |with_adapter: bool| -> String {
             let mut args = vec![
@@ -534,6 +559,7 @@ fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
+    let _ = std::fs::remove_dir_all(&train_only);
 }
 
 /// With `MLX_ENABLE_TF32=1`, training a gated-DeltaNet model prints one notice; without it,
