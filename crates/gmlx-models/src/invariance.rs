@@ -2,8 +2,8 @@
 //! or compound over a sequence (MoE routers, the gated-DeltaNet decay and strength gates) give
 //! every row bitwise the same result whatever else shares the product: a prefill chunk of
 //! another size, other sequences in a decode batch. Matrix kernels pick their blocking and
-//! reduction order by the number of rows; these few products are instead computed as an
-//! elementwise product reduced over the input features, row by row.
+//! reduction order by the number of rows; these few products are instead computed as one
+//! one-row product per row (`Linear::forward_row_invariant`).
 use std::sync::atomic::{AtomicU8, Ordering};
 
 const UNSET: u8 = 0;

@@ -74,13 +74,13 @@ impl Linear {
     }
 
     /// Like [`Linear::forward`] in batch-invariant mode (crate::invariance): each row's
-    /// float32 output is an elementwise product reduced over the input features, whose order
-    /// does not depend on the other rows of `x` (a matrix product's may: kernels pick their
-    /// blocking by the number of rows, and MLX folds a batch of one-row products into one).
-    /// An installed adapter adds its (ordinary) product.
+    /// float32 output is its own one-row product (a gathered matrix product whose every row
+    /// picks the same matrix), so its reduction order does not depend on the other rows of `x`
+    /// or on its place among them (a matrix product's may: kernels pick their blocking by the
+    /// number of rows, and MLX folds a batch of one-row products into one). An installed
+    /// adapter adds its (ordinary) product.
     pub fn forward_row_invariant(&self, x: &Array) -> Result<Array> {
-        /// Elements of the `[rows, out, in]` intermediate of one step (64 MiB of float32).
-        const STEP_ELEMENTS: i64 = 1 << 24;
+        use gmlx_mlx::Dtype::Float32;
         let dense;
         let w = match self.weight.as_dense() {
             Some(w) => w,
@@ -90,36 +90,20 @@ impl Linear {
             }
         };
         let (out, features) = (w.shape()[0], w.shape()[1]);
-        let w = w.as_dtype(gmlx_mlx::Dtype::Float32)?.expand_dims(0)?; // [1, out, in]
+        let wt = w.as_dtype(Float32)?.t().expand_dims(0)?; // [1, in, out]
         let shape = x.shape().to_vec();
-        let flat = x
-            .as_dtype(gmlx_mlx::Dtype::Float32)?
-            .reshape(&[-1, features])?;
-        let rows = flat.shape()[0];
-        let step =
-            (STEP_ELEMENTS / (i64::from(out) * i64::from(features))).clamp(1, 1 << 20) as i32;
-        let mut parts = Vec::with_capacity(((rows + step - 1) / step).max(1) as usize);
-        for start in (0..rows).step_by(step as usize) {
-            let stop = (start + step).min(rows);
-            let piece = gmlx_mlx::slicing::slice(&flat, &[start, 0], &[stop, features])?;
-            parts.push(piece.expand_dims(1)?.multiply(&w)?.sum_axis(-1, false)?);
-        }
-        let mut y = if parts.len() == 1 {
-            parts.remove(0)
-        } else {
-            gmlx_mlx::ops::concatenate(&parts, 0)?
-        };
+        let rows = x.as_dtype(Float32)?.reshape(&[-1, 1, features])?; // [rows, 1, in]
+        let n = rows.shape()[0];
+        let same = gmlx_mlx::ops::zeros_dtype(&[n], gmlx_mlx::Dtype::Uint32)?;
+        let mut y = gmlx_mlx::ops::gather_mm(&rows, &wt, None, &same, None)?; // [rows, 1, out]
         if let Some(bias) = &self.bias {
-            y = y.add(bias.as_dtype(gmlx_mlx::Dtype::Float32)?)?;
+            y = y.add(bias.as_dtype(Float32)?)?;
         }
         let mut out_shape = shape;
         *out_shape.last_mut().expect("rank >= 1") = out;
         let y = y.reshape(&out_shape)?;
         match &self.lora {
-            Some(lora) => Ok(y.add(
-                self.lora_delta(x, lora)?
-                    .as_dtype(gmlx_mlx::Dtype::Float32)?,
-            )?),
+            Some(lora) => Ok(y.add(self.lora_delta(x, lora)?.as_dtype(Float32)?)?),
             None => Ok(y),
         }
     }
