@@ -34,6 +34,32 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// `gmlx train MODEL --data DATA --adapter-out OUT`: rank 8, 12 steps of batch 2 at lr 1e-2,
+/// validation every 6 steps (when DATA has `valid.jsonl`), seed 1, then `extra`.
+fn train_briefly(model: &str, data: &str, out: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["train", model, "--data", data, "--adapter-out", out];
+    args.extend(["--rank", "8", "--iters", "12", "--batch-size", "2"]);
+    args.extend(["--learning-rate", "1e-2", "--val-every", "6", "--seed", "1"]);
+    args.extend(extra);
+    gmlx(&args)
+}
+
+/// `gmlx run MODEL`'s 8 greedy tokens after "The capital of Zorbania is", with `extra` flags.
+fn zorbania(model: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "run",
+        model,
+        "--raw",
+        "--prompt",
+        "The capital of Zorbania is",
+    ];
+    args.extend(["-n", "8", "--temperature", "0", "--ignore-eos"]);
+    args.extend(extra);
+    let o = gmlx(&args);
+    assert!(o.status.success(), "{model}: {}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .expect("ls")
@@ -508,53 +534,14 @@ fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
         let model = format!("{fixtures}/{arch}/{arch}-Q8_0.gguf");
         let dir = scratch(&format!("fixture-{arch}"));
         let out_dir = format!("{}/adapters/", dir.display());
-        let t = gmlx(&[
-            "train",
-            &model,
-            "--data",
-            &data,
-            "--adapter-out",
-            &out_dir,
-            "--rank",
-            "8",
-            "--iters",
-            "12",
-            "--batch-size",
-            "2",
-            "--learning-rate",
-            "1e-2",
-            "--val-every",
-            "6",
-            "--seed",
-            "1",
-        ]);
+        let t = train_briefly(&model, &data, &out_dir, &[]);
         let log = stderr(&t);
         assert!(t.status.success(), "{arch}: {log}");
         assert_eq!(log.contains("val loss"), validate, "{arch}: {log}");
         let adapter = format!("{out_dir}adapter.gguf");
-        let run = |with_adapter: bool| -> String {
-            let mut args = vec![
-                "run",
-                &model,
-                "--raw",
-                "--prompt",
-                "The capital of Zorbania is",
-                "-n",
-                "8",
-                "--temperature",
-                "0",
-                "--ignore-eos",
-            ];
-            if with_adapter {
-                args.extend(["--adapter", &adapter]);
-            }
-            let o = gmlx(&args);
-            assert!(o.status.success(), "{arch}: {}", stderr(&o));
-            String::from_utf8_lossy(&o.stdout).into_owned()
-        };
         assert_ne!(
-            run(false),
-            run(true),
+            zorbania(&model, &[]),
+            zorbania(&model, &["--adapter", &adapter]),
             "{arch}: the adapter changed nothing\n{log}"
         );
         let _ = std::fs::remove_dir_all(&dir);
@@ -606,28 +593,7 @@ fn shared_experts_and_fused_delta_net_projections_train_and_apply() {
     let dir = scratch("shexp-qkv");
     let out_dir = format!("{}/adapters/", dir.display());
     let keys = "attn_qkv,attn_gate,ssm_out,ffn_gate_shexp,ffn_up_shexp,ffn_down_shexp";
-    let t = gmlx(&[
-        "train",
-        &model,
-        "--data",
-        &data_dir(),
-        "--adapter-out",
-        &out_dir,
-        "--keys",
-        keys,
-        "--rank",
-        "8",
-        "--iters",
-        "12",
-        "--batch-size",
-        "2",
-        "--learning-rate",
-        "1e-2",
-        "--val-every",
-        "0",
-        "--seed",
-        "1",
-    ]);
+    let t = train_briefly(&model, &data_dir(), &out_dir, &["--keys", keys]);
     assert!(t.status.success(), "{}", stderr(&t));
     let adapter = format!("{out_dir}adapter.gguf");
     let file = gmlx_gguf::GgufFile::open(&adapter).expect("adapter");
@@ -644,26 +610,10 @@ fn shared_experts_and_fused_delta_net_projections_train_and_apply() {
         names.iter().all(|n| keys.split(',').any(|k| n.contains(k))),
         "only the keys asked for: {names:?}"
     );
-    let run = |extra: &[&str]| -> String {
-        let mut args = vec![
-            "run",
-            &model,
-            "--raw",
-            "--prompt",
-            "The capital of Zorbania is",
-        ];
-        args.extend(["-n", "8", "--temperature", "0", "--ignore-eos"]);
-        args.extend(extra);
-        let o = gmlx(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
-    let base = run(&[]);
-    assert_ne!(
-        run(&["--adapter", &adapter]),
-        base,
-        "the adapter changed nothing"
-    );
-    assert_eq!(run(&["--adapter", &adapter, "--adapter-scale", "0"]), base);
+    let base = zorbania(&model, &[]);
+    let adapted = zorbania(&model, &["--adapter", &adapter]);
+    assert_ne!(adapted, base, "the adapter changed nothing");
+    let scaled_to_zero = zorbania(&model, &["--adapter", &adapter, "--adapter-scale", "0"]);
+    assert_eq!(scaled_to_zero, base);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -29,25 +29,12 @@ pub fn chunked_here() -> bool {
 /// per chunk or per token stays on the gradient tape.
 pub fn chunked_checkpointed(input: &ScanInput, state: &Array) -> Result<(Array, Array)> {
     let scan = gmlx_mlx::checkpoint::Checkpointed::new(|xs: &[Array]| {
-        let input = ScanInput {
-            q: xs[0].clone(),
-            k: xs[1].clone(),
-            v: xs[2].clone(),
-            g: xs[3].clone(),
-            beta: xs[4].clone(),
-        };
-        let (out, state) = chunked(&input, &xs[5])
+        let (out, state) = chunked(&ScanInput::from_arrays(xs), &xs[5])
             .map_err(|e| gmlx_mlx::mlx_rs::error::Exception::custom(e.to_string()))?;
         Ok(vec![out, state])
     })?;
-    let inputs = [
-        input.q.clone(),
-        input.k.clone(),
-        input.v.clone(),
-        input.g.clone(),
-        input.beta.clone(),
-        state.clone(),
-    ];
+    let mut inputs = input.arrays();
+    inputs.push(state.clone());
     let mut outs = scan.apply(&inputs)?.into_iter();
     match (outs.next(), outs.next()) {
         (Some(out), Some(state)) => Ok((out, state)),
@@ -68,6 +55,30 @@ pub struct ScanInput {
     pub v: Array,
     pub g: Array,
     pub beta: Array,
+}
+
+impl ScanInput {
+    /// From `[q, k, v, g, beta, ..]` (a transform's argument list).
+    pub fn from_arrays(xs: &[Array]) -> ScanInput {
+        ScanInput {
+            q: xs[0].clone(),
+            k: xs[1].clone(),
+            v: xs[2].clone(),
+            g: xs[3].clone(),
+            beta: xs[4].clone(),
+        }
+    }
+
+    /// `[q, k, v, g, beta]`.
+    pub fn arrays(&self) -> Vec<Array> {
+        vec![
+            self.q.clone(),
+            self.k.clone(),
+            self.v.clone(),
+            self.g.clone(),
+            self.beta.clone(),
+        ]
+    }
 }
 
 /// `x[..., i, :]` kept as a length-1 axis.
@@ -271,19 +282,12 @@ mod tests {
             let start = noise(98, &[2, 3, 16, 8])?.multiply(Array::from_f32(0.3))?;
             let weights = noise(97, &[2, 3, tokens, 8])?;
             let state_weights = noise(96, &[2, 3, 16, 8])?;
-            let loss = |chunk: bool| {
+            type Scan = fn(&ScanInput, &Array) -> Result<(Array, Array)>;
+            let loss = |scan: Scan| {
                 let (w, sw) = (weights.clone(), state_weights.clone());
                 move |p: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
-                    let x = ScanInput {
-                        q: p[0].clone(),
-                        k: p[1].clone(),
-                        v: p[2].clone(),
-                        g: p[3].clone(),
-                        beta: p[4].clone(),
-                    };
-                    let scan = if chunk { chunked } else { recurrent };
-                    let (out, state) =
-                        scan(&x, &p[5]).map_err(|e| Exception::custom(e.to_string()))?;
+                    let (out, state) = scan(&ScanInput::from_arrays(p), &p[5])
+                        .map_err(|e| Exception::custom(e.to_string()))?;
                     let l = out
                         .multiply(&w)?
                         .sum(None)?
@@ -291,32 +295,15 @@ mod tests {
                     Ok(vec![l])
                 }
             };
-            let params = [x.q, x.k, x.v, x.g, x.beta, start];
+            let mut params = x.arrays();
+            params.push(start);
             let argnums: Vec<i32> = (0..6).collect();
-            let (l_loop, g_loop) = value_and_grad_with_argnums(loss(false), &argnums[..])(&params)?;
+            let grads = |scan: Scan| value_and_grad_with_argnums(loss(scan), &argnums[..])(&params);
+            let (l_loop, g_loop) = grads(recurrent)?;
+            let (l_chunk, g_chunk) = grads(chunked)?;
             // the checkpointed scan recomputes the very same graph: the same gradients, bit
             // for bit, as the plain chunked scan
-            let checkpointed = {
-                let (w, sw) = (weights.clone(), state_weights.clone());
-                move |p: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
-                    let x = ScanInput {
-                        q: p[0].clone(),
-                        k: p[1].clone(),
-                        v: p[2].clone(),
-                        g: p[3].clone(),
-                        beta: p[4].clone(),
-                    };
-                    let (out, state) = chunked_checkpointed(&x, &p[5])
-                        .map_err(|e| Exception::custom(e.to_string()))?;
-                    Ok(vec![out
-                        .multiply(&w)?
-                        .sum(None)?
-                        .add(state.multiply(&sw)?.sum(None)?)?])
-                }
-            };
-            let (_, g_ckpt) = value_and_grad_with_argnums(checkpointed, &argnums[..])(&params)?;
-            let (l_chunk, g_chunk) =
-                value_and_grad_with_argnums(loss(true), &argnums[..])(&params)?;
+            let (_, g_ckpt) = grads(chunked_checkpointed)?;
             let d_loss = max_diff(&l_loop[0], &l_chunk[0])?;
             assert!(d_loss < 1e-3, "{tokens} tokens: losses differ by {d_loss}");
             for (i, (a, b)) in g_ckpt.iter().zip(&g_chunk).enumerate() {
