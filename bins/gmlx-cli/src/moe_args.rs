@@ -32,16 +32,16 @@ pub struct MoeArgs {
     /// Keep each token's experts, in descending weight, until their weights reach P of the
     /// total (always the first), rescaled to the original total. P in (0, 1].
     #[arg(long, value_name = "P", value_parser = parse_mass)]
-    moe_expert_mass: Option<f32>,
+    moe_expert_mass: Option<ExpertMass>,
     /// Count, without changing anything, the experts each token would need and the weight it
     /// would drop at a grid of masses; printed at exit, prefill and decode apart.
     #[arg(long)]
     moe_expert_probe: bool,
 }
 
-fn parse_mass(s: &str) -> Result<f32, String> {
+fn parse_mass(s: &str) -> Result<ExpertMass, String> {
     let p: f32 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
-    ExpertMass::new(p).map(|_| p).map_err(|e| e.to_string())
+    ExpertMass::new(p).map_err(|e| e.to_string())
 }
 
 /// The routing hooks installed on a loaded model, for what they say at exit.
@@ -106,8 +106,8 @@ impl MoeArgs {
         if let Some(r) = replay {
             model.add_route_hook(Rc::new(r));
         }
-        if let Some(p) = self.moe_expert_mass.and_then(|p| ExpertMass::new(p).ok()) {
-            model.add_route_hook(Rc::new(p));
+        if let Some(mass) = self.moe_expert_mass {
+            model.add_route_hook(Rc::new(mass));
         }
         let recorder = self.moe_routes_record.as_ref().map(|file| {
             let r = Rc::new(RouteRecorder::new());

@@ -50,6 +50,13 @@ pub use store::StreamedStore;
 
 use store::{Shared, Source};
 
+/// Expert ids (`[n, k]`, any integer dtype) on the host, row-major.
+pub(crate) fn host_ids(indices: &gmlx_mlx::Array) -> gmlx_mlx::Result<Vec<u32>> {
+    let ids = indices.as_dtype(Dtype::Uint32)?.contiguous()?;
+    ids.eval()?;
+    Ok(ids.as_slice::<u32>().to_vec())
+}
+
 /// How routed experts are streamed.
 #[derive(Debug, Clone)]
 pub struct StreamOptions {

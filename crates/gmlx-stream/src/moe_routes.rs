@@ -85,12 +85,6 @@ struct RoutesFile {
 /// Routes by (layer, position).
 pub type Routes = BTreeMap<(usize, i32), Vec<u32>>;
 
-fn host_u32(a: &Array) -> Result<Vec<u32>, RoutesError> {
-    let a = a.contiguous().map_err(gmlx_mlx::Error::from)?;
-    a.eval().map_err(gmlx_mlx::Error::from)?;
-    Ok(a.as_slice::<u32>().to_vec())
-}
-
 fn boxed(layer: usize, e: RoutesError) -> gmlx_models::Error {
     gmlx_models::Error::Routing {
         layer,
@@ -145,7 +139,7 @@ impl RouteRecorder {
                 rows: at.positions.len(),
             });
         }
-        let ids = host_u32(&routing.indices)?;
+        let ids = crate::host_ids(&routing.indices)?;
         let k = routing.indices.shape()[1].max(1) as usize;
         let mut routes = self.routes.borrow_mut();
         for (row, experts) in ids.chunks(k).enumerate() {

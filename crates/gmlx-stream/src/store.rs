@@ -242,12 +242,7 @@ impl StreamedStore {
     }
 
     fn select_ids(&self, indices: &Array, prefill: bool) -> Result<Selection> {
-        let host = indices
-            .as_dtype(Dtype::Uint32)
-            .and_then(|a| a.contiguous())
-            .map_err(gmlx_mlx::Error::from)?;
-        host.eval().map_err(gmlx_mlx::Error::from)?;
-        let ids: Vec<u32> = host.as_slice::<u32>().to_vec();
+        let ids = crate::host_ids(indices)?;
         let experts = self.arena.borrow().experts();
         if let Some(&expert) = ids.iter().find(|&&e| e as usize >= experts) {
             return Err(Error::NoExpert {
