@@ -45,3 +45,27 @@ fn usage_errors_exit_2() {
     assert_eq!(gmlx(&["no-such-verb"]).status.code(), Some(2));
     assert_eq!(gmlx(&["env", "--no-such-flag"]).status.code(), Some(2));
 }
+
+/// What `cargo install --path bins/gmlx-cli` gives: the binary copied elsewhere, started from
+/// another directory with no environment, finds the MLX runtime through its RUNPATH.
+#[test]
+fn an_installed_binary_runs_from_any_directory_without_environment() {
+    let dir = std::env::temp_dir().join(format!("gmlx-install-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let installed = dir.join("gmlx");
+    std::fs::copy(env!("CARGO_BIN_EXE_gmlx"), &installed).expect("copy the binary");
+    let out = Command::new(&installed)
+        .args(["env", "--json"])
+        .env_clear()
+        .current_dir("/")
+        .output()
+        .expect("run the copied binary");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["mlx_version"], report["build_mlx_version"]);
+}
