@@ -49,8 +49,8 @@ fn test(args: &[String]) -> Result<()> {
 /// gmlx-models with the recipe of docs/embedding.md (it shares the target directory, so it
 /// costs little): the recipe cannot rot.
 fn embed_example() -> Result<()> {
-    let manifest =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/embed/Cargo.toml");
+    // the checkout this run is in, not the one a reused xtask binary was built in
+    let manifest = setup::workspace_root().join("examples/embed/Cargo.toml");
     eprintln!("xtask: building and running {}", manifest.display());
     let out = cargo()
         .args(["run", "--quiet", "--manifest-path"])

@@ -33,6 +33,24 @@ fn openai_client_drives_chat_completions_and_models() {
 }
 
 #[test]
+fn response_format_json_schema_replies_all_validate() {
+    let python = util::python();
+    let server = Server::start(&[]);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/structured_output.py"
+    );
+    let out = Command::new(python)
+        .args([script, &server.url(), MODEL])
+        .output()
+        .expect("run python");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("structured output: ok"), "{text}");
+}
+
+#[test]
 fn errors_have_openai_shape_and_status() {
     let server = Server::start(&["--max-body-bytes", "2048"]);
     let a = &server.addr;

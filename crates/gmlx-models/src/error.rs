@@ -38,6 +38,9 @@ pub enum Error {
     /// The prompt and the requested tokens do not fit the context.
     #[error("context overflow: {needed} tokens, the model's context is {context}")]
     ContextOverflow { needed: usize, context: usize },
+    /// A constrained sequence reached a state no token of the vocabulary can continue.
+    #[error("constrained decoding: no token of the vocabulary can continue the value after {generated} tokens")]
+    ConstraintDeadEnd { generated: usize },
     /// An empty prompt: there is nothing to continue.
     #[error("the prompt encodes to no tokens")]
     EmptyPrompt,

@@ -44,6 +44,7 @@ pub use cache::SequenceCache;
 pub use config::{LayerSpec, ModelConfig};
 pub use error::{Error, Result, TensorProblem};
 pub use generate::{GenerateOptions, Generation, GenerationStats, Piece};
+pub use gmlx_constrain as constrain;
 pub use gmlx_tokenizer::{vocab_map_hash, whitespace_start_mask, TokenId, Tokenizer};
 pub use load::{load, open, plan, CodecPlan, LoadOptions, LoadPlan, Loaded, Opened};
 pub use model::Model;

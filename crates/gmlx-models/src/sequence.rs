@@ -3,6 +3,7 @@
 //! back what may start a stop string), and decide whether the sequence ends.
 use gmlx_tokenizer::{StreamDecoder, TokenId, Tokenizer};
 
+use crate::constrain::{Constraint, Matcher};
 use crate::error::{Error, Result};
 use crate::sample::{Sampler, SamplingParams};
 use crate::stop::StopFilter;
@@ -21,6 +22,8 @@ pub struct SequenceOptions {
     /// Prompt tokens per prefill forward pass ([`crate::Generation`]; the server's scheduler
     /// uses its own).
     pub prefill_chunk: usize,
+    /// The reply must be one JSON value of this schema ([`crate::constrain`]).
+    pub constraint: Option<Constraint>,
 }
 
 impl Default for SequenceOptions {
@@ -32,6 +35,7 @@ impl Default for SequenceOptions {
             ignore_eos: false,
             logprobs: None,
             prefill_chunk: 512,
+            constraint: None,
         }
     }
 }
@@ -98,6 +102,9 @@ pub struct Sequence<'t> {
     budget: usize,
     generated: usize,
     finish: Option<FinishReason>,
+    matcher: Option<Matcher>,
+    /// The sampler draws from the whole distribution (no truncation).
+    exact_first_draw: bool,
 }
 
 impl<'t> Sequence<'t> {
@@ -120,7 +127,7 @@ impl<'t> Sequence<'t> {
             });
         }
         options.sampling.validate(vocab)?;
-        let mut sampler = Sampler::new(options.sampling);
+        let mut sampler = Sampler::new(options.sampling.clone());
         sampler.observe(prompt);
         Ok(Sequence {
             tokenizer,
@@ -132,6 +139,10 @@ impl<'t> Sequence<'t> {
             budget: options.max_tokens.min(context - prompt.len()),
             generated: 0,
             finish: None,
+            matcher: options.constraint.map(Matcher::new),
+            exact_first_draw: options.sampling.top_k == 0
+                && options.sampling.top_p >= 1.0
+                && options.sampling.min_p <= 0.0,
         })
     }
 
@@ -148,8 +159,38 @@ impl<'t> Sequence<'t> {
     /// and advances the sequence.
     pub fn step(&mut self, logits: &mut [f32]) -> Result<Step> {
         let logprob_of = self.logprobs.map(|n| (n, logits.to_vec()));
-        let token = self.sampler.sample(logits);
+        let token = match &self.matcher {
+            None => self.sampler.sample(logits),
+            Some(m) => {
+                // Without truncation (top-k, top-p, min-p), a draw from the whole
+                // distribution that the matcher takes is a draw from the masked one (the
+                // rejected mass is redrawn from the mask below), so the mask's walk over the
+                // vocabulary is skipped on most steps.
+                let first = self.exact_first_draw.then(|| {
+                    let mut tried = logits.to_vec();
+                    self.sampler.sample(&mut tried)
+                });
+                match first.filter(|&t| m.allows(self.tokenizer, t)) {
+                    Some(t) => t,
+                    None => {
+                        if !m.mask(self.tokenizer, logits) {
+                            return Err(Error::ConstraintDeadEnd {
+                                generated: self.generated,
+                            });
+                        }
+                        self.sampler.sample(logits)
+                    }
+                }
+            }
+        };
         self.sampler.observe(&[token]);
+        if let Some(m) = &mut self.matcher {
+            if !m.advance(self.tokenizer, token) {
+                return Err(Error::ConstraintDeadEnd {
+                    generated: self.generated,
+                });
+            }
+        }
         let logprob = logprob_of.map(|(n, raw)| logprobs(self.tokenizer, &raw, token, n));
         if !self.ignore_eos && self.tokenizer.is_eog(token) {
             self.finish = Some(FinishReason::Eos);

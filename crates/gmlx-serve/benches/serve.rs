@@ -43,6 +43,7 @@ fn main() {
         stop: Vec::new(),
         logprobs: None,
         ignore_eos: false,
+        constraint: None,
         span: tracing::Span::none(),
     };
     let run = |n: usize| -> f64 {

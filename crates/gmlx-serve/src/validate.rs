@@ -1,7 +1,9 @@
 //! Wire requests → `ValidRequest`: model and profile resolved, template applied, sampling
 //! checked, limits applied. Nothing past this point re-checks a request.
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use gmlx_models::constrain::{Constraint, Schema, VocabTrie};
 
 use gmlx_models::SamplingParams;
 use gmlx_tokenizer::{ChatRequest, ChatTemplate, Clock, TokenId, Tokenizer};
@@ -19,6 +21,8 @@ pub struct ModelInfo {
     /// The template marks reasoning with `<think>`.
     pub thinking_tags: bool,
     pub engine: Engine,
+    /// The vocabulary as a byte trie, built by the first constrained request.
+    trie: OnceLock<Arc<VocabTrie>>,
 }
 
 impl ModelInfo {
@@ -63,8 +67,48 @@ impl ModelInfo {
             template,
             thinking_tags,
             engine,
+            trie: OnceLock::new(),
         })
     }
+
+    fn trie(&self) -> Arc<VocabTrie> {
+        Arc::clone(
+            self.trie
+                .get_or_init(|| Arc::new(VocabTrie::new(&self.tokenizer))),
+        )
+    }
+}
+
+/// `response_format`: nothing for `text`, else the schema the reply must match.
+fn response_format(
+    info: &ModelInfo,
+    format: Option<&serde_json::Value>,
+) -> Result<Option<Constraint>> {
+    let Some(format) = format else {
+        return Ok(None);
+    };
+    let schema = match format.get("type").and_then(|t| t.as_str()) {
+        Some("text") => return Ok(None),
+        Some("json_object") => Schema::any_object(),
+        Some("json_schema") => {
+            let schema = format
+                .get("json_schema")
+                .and_then(|j| j.get("schema"))
+                .ok_or_else(|| bad("response_format.json_schema.schema", "is required"))?;
+            Schema::compile(schema)
+                .map_err(|e| bad("response_format.json_schema.schema", &e.to_string()))?
+        }
+        _ => {
+            return Err(bad(
+                "response_format.type",
+                "must be `text`, `json_object` or `json_schema`",
+            ))
+        }
+    };
+    Ok(Some(Constraint {
+        schema: Arc::new(schema),
+        trie: info.trie(),
+    }))
 }
 
 /// What the handler needs besides the engine request.
@@ -384,6 +428,7 @@ fn finish(
         Some(Stop::Many(v)) if v.len() <= 4 => v,
         Some(Stop::Many(_)) => return Err(bad("stop", "at most 4 stop strings")),
     };
+    let constraint = response_format(&info, common.response_format.as_ref())?;
     let model = common.model.unwrap_or_else(|| info.entry.id.clone());
     Ok(Valid {
         request: ValidRequest {
@@ -394,6 +439,7 @@ fn finish(
             stop,
             logprobs,
             ignore_eos: common.ignore_eos,
+            constraint,
             span: tracing::Span::none(),
         },
         model,

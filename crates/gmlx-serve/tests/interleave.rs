@@ -32,6 +32,7 @@ fn running_streams_keep_streaming_while_a_long_prompt_prefills() {
         stop: Vec::new(),
         logprobs: None,
         ignore_eos: false,
+        constraint: None,
         span: tracing::Span::none(),
     };
     let mut running = engine

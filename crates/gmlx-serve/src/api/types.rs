@@ -36,6 +36,8 @@ pub struct CommonParams {
     pub ignore_eos: bool,
     /// gmlx: a named profile of defaults from the config.
     pub profile: Option<String>,
+    /// `{"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": ...}}`.
+    pub response_format: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -15,6 +15,8 @@ pub struct ValidRequest {
     pub logprobs: Option<usize>,
     /// Keep generating past end-of-generation tokens (llama-server's `ignore_eos`).
     pub ignore_eos: bool,
+    /// The reply must be one JSON value of a schema (`response_format`).
+    pub constraint: Option<gmlx_models::constrain::Constraint>,
     /// The `request` span the handler opened: the scheduler's work for this request (its
     /// prefill chunks, its end) is recorded inside it.
     pub span: tracing::Span,

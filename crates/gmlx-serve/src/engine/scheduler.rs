@@ -176,6 +176,7 @@ fn admit<'t>(
         ignore_eos: request.ignore_eos,
         logprobs: request.logprobs,
         prefill_chunk: PREFILL_CHUNK,
+        constraint: request.constraint.clone(),
     };
     let sequence = Sequence::new(
         &loaded.tokenizer,
