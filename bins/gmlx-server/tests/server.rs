@@ -816,3 +816,80 @@ fn message_shapes_of_the_openai_spec_and_documented_ranges() {
     );
     refused(ask(hi, json!({"n": 0})), "n");
 }
+
+#[test]
+fn cors_origins_get_their_headers_and_preflights_need_no_key() {
+    let text = format!(
+        "[server]\napi_key = \"k\"\ncors_origins = [\"https://app.example\"]\n\n[[models]]\n\
+         id = \"m\"\npath = {:?}\n",
+        util::model()
+    );
+    let file = util::config_file("cors", &text);
+    let server = Server::start_raw(&["--config", file.to_str().expect("utf-8"), "--port", "0"]);
+    let a = &server.addr;
+    let preflight = |origin: &str| {
+        request(
+            a,
+            "OPTIONS",
+            "/v1/chat/completions",
+            &[
+                ("Origin", origin),
+                ("Access-Control-Request-Method", "POST"),
+                (
+                    "Access-Control-Request-Headers",
+                    "authorization, content-type",
+                ),
+            ],
+            b"",
+        )
+    };
+    let allowed = preflight("https://app.example");
+    assert_eq!(allowed.status, 204, "{}", allowed.body);
+    assert_eq!(
+        allowed.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert!(allowed
+        .header("access-control-allow-methods")
+        .is_some_and(|m| m.contains("POST")));
+    assert_eq!(
+        allowed.header("access-control-allow-headers"),
+        Some("authorization, content-type")
+    );
+    let other = preflight("https://evil.example");
+    assert_eq!(other.status, 204);
+    assert_eq!(other.header("access-control-allow-origin"), None);
+    // actual requests: the allowed origin's answers carry the header, errors included
+    let models = |origin: &str, key: &str| {
+        let auth = format!("Bearer {key}");
+        request(
+            a,
+            "GET",
+            "/v1/models",
+            &[("Origin", origin), ("Authorization", &auth)],
+            b"",
+        )
+    };
+    let ok = models("https://app.example", "k");
+    assert_eq!(ok.status, 200);
+    assert_eq!(
+        ok.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert_eq!(ok.header("vary"), Some("Origin"));
+    let refused = models("https://app.example", "wrong");
+    assert_eq!(refused.status, 401);
+    assert!(refused.header("access-control-allow-origin").is_some());
+    assert_eq!(
+        models("https://evil.example", "k").header("access-control-allow-origin"),
+        None
+    );
+    // a bad origin in the config is refused by name
+    let bad = util::config_file(
+        "cors-bad",
+        &text.replace("https://app.example", "app.example/"),
+    );
+    let out = util::run_to_exit(&["--config", bad.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("server.cors_origins[0]"));
+}

@@ -24,6 +24,8 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// Seconds SIGTERM waits for in-flight requests before cancelling them.
     pub shutdown_grace_s: u64,
+    /// Browser origins allowed to call the API (`"*"`: any); none by default.
+    pub cors_origins: Vec<String>,
     pub models: Vec<ModelEntry>,
     pub profiles: BTreeMap<String, Profile>,
     /// The file this came from (for SIGHUP reloads), if any.
@@ -88,6 +90,8 @@ struct RawServer {
     queue_cap: Option<usize>,
     max_body_bytes: Option<usize>,
     shutdown_grace_s: Option<u64>,
+    #[serde(default)]
+    cors_origins: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -127,6 +131,7 @@ impl ServeConfig {
             queue_cap: DEFAULT_QUEUE_CAP,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             shutdown_grace_s: 30,
+            cors_origins: Vec::new(),
             models: vec![ModelEntry {
                 id,
                 path,
@@ -185,6 +190,15 @@ impl ServeConfig {
             s.max_body_bytes,
             DEFAULT_MAX_BODY_BYTES,
         )?;
+        for (i, origin) in s.cors_origins.iter().enumerate() {
+            let scheme = origin.starts_with("http://") || origin.starts_with("https://");
+            if origin != "*" && (!scheme || origin.ends_with('/')) {
+                return Err(bad(
+                    &format!("server.cors_origins[{i}]"),
+                    format!("`{origin}` is not `*` or an origin like `https://app.example`"),
+                ));
+            }
+        }
         if s.api_key.as_deref() == Some("") {
             return Err(bad("server.api_key", "is empty".to_owned()));
         }
@@ -262,6 +276,7 @@ impl ServeConfig {
             queue_cap: s.queue_cap.unwrap_or(DEFAULT_QUEUE_CAP),
             max_body_bytes,
             shutdown_grace_s: s.shutdown_grace_s.unwrap_or(30),
+            cors_origins: s.cors_origins,
             models,
             profiles: raw.profiles,
             source: Some(file.to_owned()),

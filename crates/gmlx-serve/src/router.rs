@@ -2,6 +2,7 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response};
 
 use crate::access::Access;
@@ -11,10 +12,20 @@ use crate::state::State;
 
 pub async fn route(state: &State, req: Request<Incoming>) -> Response<Body> {
     let access = Access::new(req.method().as_str(), req.uri().path());
-    let response = match dispatch(state, req, &access).await {
-        Ok(r) => r,
-        Err(e) => error_response(&e),
+    let origin = allowed_origin(state, &req);
+    let mut response = if req.method() == Method::OPTIONS {
+        preflight(&req, origin.is_some())
+    } else {
+        match dispatch(state, req, &access).await {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        }
     };
+    if let Some(origin) = origin {
+        let headers = response.headers_mut();
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        headers.insert(header::VARY, HeaderValue::from_static("Origin"));
+    }
     // a generation's line is written when its events end; every other request's now
     if !access.is_tracked() {
         access.finish(response.status().as_u16());
@@ -22,13 +33,46 @@ pub async fn route(state: &State, req: Request<Incoming>) -> Response<Body> {
     response
 }
 
+/// The request's `Origin` when `server.cors_origins` allows it (`*` allows any).
+fn allowed_origin(state: &State, req: &Request<Incoming>) -> Option<HeaderValue> {
+    let origin = req.headers().get(header::ORIGIN)?;
+    let text = origin.to_str().ok()?;
+    let allowed = &state.config().cors_origins;
+    allowed
+        .iter()
+        .any(|o| o == "*" || o == text)
+        .then(|| origin.clone())
+}
+
+/// A CORS preflight: 204 with the methods and headers the API takes when the origin is
+/// allowed (never needs the key: browsers send none with it); a bare 204 otherwise.
+fn preflight(req: &Request<Incoming>, allowed: bool) -> Response<Body> {
+    let mut r = api::sse::text(204, String::new());
+    if allowed {
+        let headers = r.headers_mut();
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        let asked = req
+            .headers()
+            .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+            .cloned()
+            .unwrap_or_else(|| HeaderValue::from_static("authorization, content-type"));
+        headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked);
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+    }
+    r
+}
+
 pub fn error_response(e: &Error) -> Response<Body> {
     let mut r = api::sse::json(e.status(), &e.body());
     if let Some(s) = e.retry_after_s() {
-        r.headers_mut().insert(
-            hyper::header::RETRY_AFTER,
-            hyper::header::HeaderValue::from(s),
-        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
     r
 }
