@@ -8,15 +8,20 @@ fn gmlx(args: &[&str]) -> std::process::Output {
         .expect("run gmlx")
 }
 
-#[test]
-fn env_json_reports_runtime_blas_and_memory() {
-    let out = gmlx(&["env", "--json"]);
+/// The JSON report of a `gmlx env --json` run that must have succeeded.
+fn env_report(out: &std::process::Output) -> serde_json::Value {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn env_json_reports_runtime_blas_and_memory() {
+    let out = gmlx(&["env", "--json"]);
+    let report = env_report(&out);
     assert_eq!(report["mlx_version"], report["build_mlx_version"]);
     assert!(["cpu", "cuda", "metal"].contains(&report["backend"].as_str().unwrap_or("")));
     assert!(report["devices"].as_array().is_some_and(|d| !d.is_empty()));
@@ -61,11 +66,6 @@ fn an_installed_binary_runs_from_any_directory_without_environment() {
         .output()
         .expect("run the copied binary");
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let report = env_report(&out);
     assert_eq!(report["mlx_version"], report["build_mlx_version"]);
 }

@@ -17,37 +17,29 @@ fn chat(user: &str, max_tokens: u32) -> serde_json::Value {
            "max_tokens": max_tokens, "temperature": 0})
 }
 
-#[test]
-fn openai_client_drives_chat_completions_and_models() {
-    let python = util::python();
+/// Runs `tests/python/SCRIPT BASE_URL MODEL` against a fresh server; it must exit 0 and
+/// print `marker`.
+fn client_script(script: &str, marker: &str) {
     let server = Server::start(&[]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/openai_client.py");
-    let out = Command::new(python)
-        .args([script, &server.url(), MODEL])
+    let script = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(util::python())
+        .args([script.as_str(), &server.url(), MODEL])
         .output()
         .expect("run python");
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("openai client: ok"), "{text}");
+    assert!(text.contains(marker), "{text}");
+}
+
+#[test]
+fn openai_client_drives_chat_completions_and_models() {
+    client_script("openai_client.py", "openai client: ok");
 }
 
 #[test]
 fn response_format_json_schema_replies_all_validate() {
-    let python = util::python();
-    let server = Server::start(&[]);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/structured_output.py"
-    );
-    let out = Command::new(python)
-        .args([script, &server.url(), MODEL])
-        .output()
-        .expect("run python");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("structured output: ok"), "{text}");
+    client_script("structured_output.py", "structured output: ok");
 }
 
 #[test]
