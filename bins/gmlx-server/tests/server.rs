@@ -21,9 +21,17 @@ fn chat(user: &str, max_tokens: u32) -> serde_json::Value {
 /// print `marker`.
 fn client_script(script: &str, marker: &str) {
     let server = Server::start(&[]);
+    run_script(&server, script, &[MODEL], marker);
+}
+
+/// Runs `tests/python/SCRIPT BASE_URL ARGS...` against `server`; it must exit 0 and print
+/// `marker`.
+fn run_script(server: &Server, script: &str, args: &[&str], marker: &str) {
     let script = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(util::python())
-        .args([script.as_str(), &server.url(), MODEL])
+        .arg(&script)
+        .arg(server.url())
+        .args(args)
         .output()
         .expect("run python");
     let text =
@@ -40,6 +48,52 @@ fn openai_client_drives_chat_completions_and_models() {
 #[test]
 fn response_format_json_schema_replies_all_validate() {
     client_script("structured_output.py", "structured output: ok");
+}
+
+/// SmolLM2 (a template without tools) and one fixture per tool-call format, each with its
+/// family's chat template from llama.cpp's `models/templates/`.
+fn tool_formats_config() -> std::path::PathBuf {
+    let templates = std::path::PathBuf::from(
+        std::env::var("GMLX_LLAMA_CPP").expect("GMLX_LLAMA_CPP: run through `cargo xtask test`"),
+    )
+    .join("models/templates");
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let mut text = format!(
+        "[server]\nbatch_width = 4\n\n[[models]]\nid = {MODEL:?}\npath = {:?}\n",
+        util::model()
+    );
+    for (id, file, template) in [
+        (
+            "qwen3next",
+            "qwen3next/qwen3next-Q8_0.gguf",
+            "Qwen-Qwen3-0.6B.jinja",
+        ),
+        ("qwen35", "qwen35/qwen35-Q8_0.gguf", "Qwen3.5-4B.jinja"),
+        (
+            "gpt-oss",
+            "gpt-oss/gpt-oss-Q8_0.gguf",
+            "openai-gpt-oss-120b.jinja",
+        ),
+    ] {
+        text += &format!(
+            "\n[[models]]\nid = {id:?}\npath = {:?}\nchat_template = {:?}\n",
+            fixtures.join(file),
+            templates.join(template)
+        );
+    }
+    util::config_file("tools", &text)
+}
+
+#[test]
+fn tool_calls_in_each_format_and_n_choices_through_the_openai_client() {
+    let config = tool_formats_config();
+    let server = Server::start_raw(&["--config", config.to_str().expect("utf-8"), "--port", "0"]);
+    run_script(
+        &server,
+        "tools.py",
+        &[MODEL, "qwen3next", "qwen35", "gpt-oss"],
+        "tools client: ok",
+    );
 }
 
 #[test]

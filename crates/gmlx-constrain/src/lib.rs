@@ -1,5 +1,6 @@
 //! Constrained decoding: a reply that must be one JSON value of a schema (`response_format`
-//! `json_object` / `json_schema`, forced tool calls). Before each sample, every token whose
+//! `json_object` / `json_schema`), or a [`Grammar`] of texts, control tokens and JSON values
+//! (a forced tool call in a model's format). Before each sample, every token whose
 //! bytes the schema's matcher cannot take is masked out; end-of-generation is allowed only
 //! once the value is complete, and is the only choice when nothing may follow.
 mod matcher;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use gmlx_tokenizer::{TokenId, Tokenizer};
 
-pub use schema::{Schema, SchemaError};
+pub use schema::{Grammar, NodeId, Schema, SchemaError};
 pub use trie::VocabTrie;
 
 /// What a sequence is constrained to: one value of `schema`, over `trie`'s tokens.
@@ -60,6 +61,12 @@ impl Matcher {
             .constraint
             .trie
             .walk(&self.constraint.schema, &self.stack, allowed);
+        if let Some(id) = matcher::pending_token(&self.constraint.schema, &self.stack) {
+            if let Some(a) = allowed.get_mut(id as usize) {
+                n += usize::from(!*a);
+                *a = true;
+            }
+        }
         if self.can_finish() {
             for &id in tokenizer.eog_ids() {
                 if let Some(a) = allowed.get_mut(id as usize) {
@@ -95,6 +102,10 @@ impl Matcher {
     pub fn advance(&mut self, tokenizer: &Tokenizer, token: TokenId) -> bool {
         if tokenizer.is_eog(token) {
             return self.can_finish();
+        }
+        if let Some(next) = matcher::take_token(&self.constraint.schema, &self.stack, token) {
+            self.stack = next;
+            return true;
         }
         // the tokens the mask can offer: ordinary ones with bytes, never a control token
         // whose text would fit inside a string

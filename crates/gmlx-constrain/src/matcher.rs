@@ -93,6 +93,15 @@ pub(super) enum Frame {
         lo: u16,
         hi: u16,
     },
+    /// Inside a `Seq` node, at part `i`.
+    Seq {
+        node: NodeId,
+        i: u32,
+    },
+    /// A `Choice` node whose text is being read (a `Lit` above it).
+    Choice {
+        node: NodeId,
+    },
 }
 
 enum Step {
@@ -193,6 +202,9 @@ fn ends_here(schema: &Schema, f: Frame) -> bool {
         Frame::Lit { list, pos, lo, .. } => {
             schema.literals[list as usize][lo as usize].len() == pos as usize
         }
+        Frame::Seq { node, i } => {
+            matches!(&schema.nodes[node as usize], Node::Seq(p) if i as usize >= p.len())
+        }
         _ => false,
     }
 }
@@ -226,8 +238,65 @@ fn child_done(schema: &Schema, stack: &mut Stack) {
             *count += 1;
             *st = Arr::After;
         }
+        Frame::Seq { i, .. } => *i += 1,
+        Frame::Choice { node } => {
+            let Node::Choice { then, .. } = &schema.nodes[*node as usize] else {
+                return;
+            };
+            let taken = match child {
+                Frame::Lit { lo, .. } => then.get(lo as usize).copied().flatten(),
+                _ => None,
+            };
+            match taken {
+                Some(next) => *parent = Frame::Value { node: next, ws: 0 },
+                None => child_done(schema, stack),
+            }
+        }
         _ => {}
     }
+}
+
+/// Moves `stack` to where a control token is due, ending values that may end; the token's
+/// id, or `None` when the next thing is not a control token.
+fn to_token(schema: &Schema, stack: &mut Stack) -> Option<u32> {
+    loop {
+        let top = *stack.last()?;
+        match top {
+            Frame::Value { node, .. } => match schema.resolve(node) {
+                Node::Token(id) => return Some(*id),
+                Node::Seq(_) => {
+                    *stack.last_mut()? = Frame::Seq {
+                        node: concrete_id(schema, node),
+                        i: 0,
+                    }
+                }
+                _ => return None,
+            },
+            Frame::Seq { node, i } => match &schema.nodes[node as usize] {
+                Node::Seq(parts) if (i as usize) < parts.len() => stack.push(Frame::Value {
+                    node: parts[i as usize],
+                    ws: 0,
+                }),
+                _ => child_done(schema, stack),
+            },
+            f if ends_here(schema, f) => child_done(schema, stack),
+            _ => return None,
+        }
+    }
+}
+
+/// The control token that may come next, if one may.
+pub(super) fn pending_token(schema: &Schema, stack: &Stack) -> Option<u32> {
+    to_token(schema, &mut stack.clone())
+}
+
+/// The stack after control token `id`, if it may come next.
+pub(super) fn take_token(schema: &Schema, stack: &Stack, id: u32) -> Option<Stack> {
+    let mut s = stack.clone();
+    (to_token(schema, &mut s)? == id).then(|| {
+        child_done(schema, &mut s);
+        s
+    })
 }
 
 fn step(schema: &Schema, f: Frame, b: u8, depth: usize) -> Step {
@@ -260,10 +329,47 @@ fn step(schema: &Schema, f: Frame, b: u8, depth: usize) -> Step {
             digits,
         } => number(integer, st, digits, b),
         Frame::Lit { list, pos, lo, hi } => literal(schema, list, pos, lo, hi, b),
+        Frame::Seq { node, i } => match &schema.nodes[node as usize] {
+            Node::Seq(parts) if (i as usize) < parts.len() => Step::PushRefeed(
+                f,
+                Frame::Value {
+                    node: parts[i as usize],
+                    ws: 0,
+                },
+            ),
+            _ => Step::DoneRefeed,
+        },
+        // a choice's text is read by the `Lit` above it
+        Frame::Choice { .. } => Step::Reject,
     }
 }
 
 fn value(schema: &Schema, node: NodeId, ws: u8, b: u8, depth: usize) -> Step {
+    // grammar parts take their bytes exactly, whitespace included
+    match schema.resolve(node) {
+        Node::Seq(_) => {
+            return Step::Refeed(Frame::Seq {
+                node: concrete_id(schema, node),
+                i: 0,
+            })
+        }
+        Node::Choice { list, .. } => {
+            let hi = schema.literals[*list as usize].len() as u16;
+            return Step::PushRefeed(
+                Frame::Choice {
+                    node: concrete_id(schema, node),
+                },
+                Frame::Lit {
+                    list: *list,
+                    pos: 0,
+                    lo: 0,
+                    hi,
+                },
+            );
+        }
+        Node::Token(_) => return Step::Reject,
+        _ => {}
+    }
     if is_ws(b) {
         return more_ws(ws, b).map_or(Step::Reject, |ws| Step::Stay(Frame::Value { node, ws }));
     }

@@ -37,6 +37,16 @@ pub enum Node {
     OneOf(Vec<NodeId>),
     /// A `$ref`, resolved after compilation.
     Ref(NodeId),
+    /// Grammar parts (built by [`Grammar`], never from a JSON Schema): these in order.
+    Seq(Vec<NodeId>),
+    /// Exactly one of the sorted texts of literal list `list`, byte for byte (no whitespace
+    /// around it), then what `then` names for the text taken.
+    Choice {
+        list: u32,
+        then: Vec<Option<NodeId>>,
+    },
+    /// One control token, by id (a format's marker that no ordinary token spells).
+    Token(u32),
 }
 
 #[derive(Debug, Clone)]
@@ -104,25 +114,7 @@ impl Schema {
     /// Compiles a JSON Schema (`response_format: json_schema`, a tool's `parameters`).
     pub fn compile(schema: &Value) -> Result<Schema, SchemaError> {
         let mut c = Compiler::default();
-        for key in ["$defs", "definitions"] {
-            if let Some(defs) = schema.get(key).and_then(Value::as_object) {
-                for name in defs.keys() {
-                    let id = c.push(Node::Any);
-                    c.defs.insert(format!("#/{key}/{name}"), id);
-                }
-            }
-        }
-        for key in ["$defs", "definitions"] {
-            if let Some(defs) = schema.get(key).and_then(Value::as_object) {
-                for (name, def) in defs {
-                    let at = format!("#/{key}/{name}");
-                    let node = c.node(def, &at)?;
-                    let slot = c.defs[&at];
-                    c.nodes[slot as usize] = Node::Ref(node);
-                }
-            }
-        }
-        let root = c.node(schema, "#")?;
+        let root = c.root(schema)?;
         let mut schema = c.finish(root);
         schema.index_branches()?;
         Ok(schema)
@@ -178,6 +170,12 @@ impl Schema {
                 }
             }
             Node::Ref(_) => unreachable!("resolved"),
+            Node::Seq(_) | Node::Choice { .. } | Node::Token(_) => {
+                return Err(SchemaError::Invalid {
+                    at: "anyOf".into(),
+                    reason: "a grammar part cannot be a branch".into(),
+                })
+            }
         }
         Ok(set)
     }
@@ -223,6 +221,84 @@ impl Schema {
     }
 }
 
+/// Builds a constraint that is more than one JSON value: fixed text, control tokens, a
+/// choice between texts, and JSON values of schemas, in sequence (a forced tool call in a
+/// model's own format). Parts are nodes, so a continuation can be shared between choices.
+#[derive(Default)]
+pub struct Grammar {
+    c: Compiler,
+}
+
+impl Grammar {
+    pub fn new() -> Grammar {
+        Grammar::default()
+    }
+
+    /// Exactly `text`.
+    pub fn text(&mut self, text: &str) -> NodeId {
+        let list = self.c.literal_list(vec![text.as_bytes().to_vec()]);
+        self.c.push(Node::Choice {
+            list,
+            then: vec![None],
+        })
+    }
+
+    /// The control token `id`.
+    pub fn token(&mut self, id: u32) -> NodeId {
+        self.c.push(Node::Token(id))
+    }
+
+    /// One JSON value of `schema` (its `$defs` are its own).
+    pub fn json(&mut self, schema: &Value) -> Result<NodeId, SchemaError> {
+        self.c.root(schema)
+    }
+
+    pub fn seq(&mut self, parts: Vec<NodeId>) -> NodeId {
+        self.c.push(Node::Seq(parts))
+    }
+
+    /// One of the texts, then its continuation. No text may be empty or begin another, so
+    /// the text taken is known at its last byte.
+    pub fn choice(
+        &mut self,
+        options: Vec<(String, Option<NodeId>)>,
+    ) -> Result<NodeId, SchemaError> {
+        let mut options: Vec<(Vec<u8>, Option<NodeId>)> = options
+            .into_iter()
+            .map(|(t, n)| (t.into_bytes(), n))
+            .collect();
+        options.sort();
+        let clash = options.windows(2).find(|w| w[1].0.starts_with(&w[0].0));
+        if let Some(w) = clash {
+            return Err(SchemaError::Invalid {
+                at: "choice".into(),
+                reason: format!(
+                    "`{}` begins `{}`",
+                    String::from_utf8_lossy(&w[0].0),
+                    String::from_utf8_lossy(&w[1].0)
+                ),
+            });
+        }
+        if options.is_empty() || options[0].0.is_empty() {
+            return Err(SchemaError::Invalid {
+                at: "choice".into(),
+                reason: "needs at least one non-empty text".into(),
+            });
+        }
+        let then = options.iter().map(|o| o.1).collect();
+        let list = self
+            .c
+            .literal_list(options.into_iter().map(|o| o.0).collect());
+        Ok(self.c.push(Node::Choice { list, then }))
+    }
+
+    pub fn build(self, root: NodeId) -> Result<Schema, SchemaError> {
+        let mut schema = self.c.finish(root);
+        schema.index_branches()?;
+        Ok(schema)
+    }
+}
+
 #[derive(Default)]
 struct Compiler {
     nodes: Vec<Node>,
@@ -233,6 +309,32 @@ struct Compiler {
 }
 
 impl Compiler {
+    /// Compiles a whole schema document: its `$defs` are visible inside it only.
+    fn root(&mut self, schema: &Value) -> Result<NodeId, SchemaError> {
+        let outer = std::mem::take(&mut self.defs);
+        for key in ["$defs", "definitions"] {
+            if let Some(defs) = schema.get(key).and_then(Value::as_object) {
+                for name in defs.keys() {
+                    let id = self.push(Node::Any);
+                    self.defs.insert(format!("#/{key}/{name}"), id);
+                }
+            }
+        }
+        for key in ["$defs", "definitions"] {
+            if let Some(defs) = schema.get(key).and_then(Value::as_object) {
+                for (name, def) in defs {
+                    let at = format!("#/{key}/{name}");
+                    let node = self.node(def, &at)?;
+                    let slot = self.defs[&at];
+                    self.nodes[slot as usize] = Node::Ref(node);
+                }
+            }
+        }
+        let root = self.node(schema, "#");
+        self.defs = outer;
+        root
+    }
+
     fn push(&mut self, node: Node) -> NodeId {
         self.nodes.push(node);
         (self.nodes.len() - 1) as NodeId

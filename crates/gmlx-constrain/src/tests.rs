@@ -134,3 +134,67 @@ fn refs_nest_and_unsupported_keywords_are_named() {
         Err(SchemaError::Invalid { .. })
     ));
 }
+
+/// A forced call in two formats' shape: `{"name": "N", "arguments": ARGS}` with the
+/// arguments' schema chosen by the name, and a control token before a JSON value.
+fn tool_grammar() -> Schema {
+    use super::schema::Grammar;
+    let mut g = Grammar::new();
+    let weather = g
+        .json(
+            &json!({"type": "object", "properties": {"city": {"type": "string"}},
+                      "required": ["city"], "additionalProperties": false}),
+        )
+        .expect("schema");
+    let close = g.text("}");
+    let weather = g.seq(vec![weather, close]);
+    let time = g
+        .json(&json!({"$defs": {"zone": {"enum": ["utc", "cet"]}},
+                      "type": "object", "properties": {"zone": {"$ref": "#/$defs/zone"}},
+                      "required": ["zone"]}))
+        .expect("schema");
+    let close = g.text("}");
+    let time = g.seq(vec![time, close]);
+    let names = g
+        .choice(vec![
+            (r#""get_weather", "arguments": "#.to_owned(), Some(weather)),
+            (r#""get_time", "arguments": "#.to_owned(), Some(time)),
+        ])
+        .expect("prefix-free");
+    let open = g.text(r#"{"name": "#);
+    let marker = g.token(7);
+    let root = g.seq(vec![open, names, marker]);
+    g.build(root).expect("builds")
+}
+
+#[test]
+fn a_grammar_picks_the_arguments_schema_by_the_name_and_waits_for_its_token() {
+    let s = tool_grammar();
+    let call = r#"{"name": "get_time", "arguments": {"zone": "cet"}}"#;
+    let (took, done) = run(&s, call);
+    assert!(took && !done, "the marker token is still due");
+    let mut stack = matcher::start(&s);
+    for &b in call.as_bytes() {
+        assert!(matcher::feed(&s, &mut stack, b));
+    }
+    assert_eq!(matcher::pending_token(&s, &stack), Some(7));
+    assert!(matcher::take_token(&s, &stack, 8).is_none());
+    let after = matcher::take_token(&s, &stack, 7).expect("token 7 is due");
+    assert!(matcher::can_finish(&s, &after));
+    assert!(!matcher::feed(&s, &mut after.clone(), b' '));
+    // the other name's arguments, bytes that are not the fixed text, whitespace it lacks
+    assert!(!run(&s, r#"{"name": "get_time", "arguments": {"city""#).0);
+    assert!(run(&s, r#"{"name": "get_weather", "arguments": {"city""#).0);
+    assert!(!run(&s, r#"{"name":"get_time""#).0);
+    assert!(!run(&s, r#"{"name": "get_date""#).0);
+    assert!(matcher::pending_token(&s, &matcher::start(&s)).is_none());
+}
+
+#[test]
+fn a_choice_refuses_a_text_that_begins_another() {
+    let mut g = super::schema::Grammar::new();
+    let err = g
+        .choice(vec![("ab".to_owned(), None), ("a".to_owned(), None)])
+        .expect_err("a begins ab");
+    assert!(err.to_string().contains("`a` begins `ab`"), "{err}");
+}

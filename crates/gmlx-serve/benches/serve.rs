@@ -44,6 +44,7 @@ fn main() {
         logprobs: None,
         ignore_eos: false,
         constraint: None,
+        n: 1,
         span: tracing::Span::none(),
     };
     let run = |n: usize| -> f64 {

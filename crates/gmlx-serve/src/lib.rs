@@ -24,6 +24,7 @@ pub mod logging;
 pub mod metrics;
 mod router;
 pub mod state;
+pub mod tools;
 pub mod validate;
 
 use std::collections::BTreeMap;

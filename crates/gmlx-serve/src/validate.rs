@@ -12,6 +12,7 @@ use crate::api::types::{ChatCompletionRequest, CommonParams, CompletionRequest, 
 use crate::config::{ModelEntry, Profile, ServeConfig};
 use crate::engine::{Engine, ValidRequest};
 use crate::error::{Error, Result};
+use crate::tools::{Forced, ToolFormat, Tools};
 
 /// A loaded model as the HTTP side sees it: tokenizer and template, never MLX.
 pub struct ModelInfo {
@@ -20,6 +21,8 @@ pub struct ModelInfo {
     pub template: Option<ChatTemplate>,
     /// The template marks reasoning with `<think>`.
     pub thinking_tags: bool,
+    /// How the template writes tool calls.
+    pub tool_format: ToolFormat,
     pub engine: Engine,
     /// The vocabulary as a byte trie, built by the first constrained request.
     trie: OnceLock<Arc<VocabTrie>>,
@@ -61,14 +64,23 @@ impl ModelInfo {
             None => None,
         };
         let thinking_tags = source.as_deref().is_some_and(|s| s.contains("<think>"));
+        let tool_format = ToolFormat::detect(source.as_deref());
         Ok(ModelInfo {
             entry,
             tokenizer,
             template,
             thinking_tags,
+            tool_format,
             engine,
             trie: OnceLock::new(),
         })
+    }
+
+    fn constraint(&self, schema: Schema) -> Constraint {
+        Constraint {
+            schema: Arc::new(schema),
+            trie: self.trie(),
+        }
     }
 
     fn trie(&self) -> Arc<VocabTrie> {
@@ -105,10 +117,7 @@ fn response_format(
             ))
         }
     };
-    Ok(Some(Constraint {
-        schema: Arc::new(schema),
-        trie: info.trie(),
-    }))
+    Ok(Some(info.constraint(schema)))
 }
 
 /// What the handler needs besides the engine request.
@@ -120,6 +129,10 @@ pub struct Valid {
     /// `Some(inside)`: split `<think>` text into `reasoning_content`; `inside` when the
     /// prompt already opened the block.
     pub reasoning: Option<bool>,
+    /// The request's tools, whose calls are read out of the reply.
+    pub tools: Option<Arc<Tools>>,
+    /// A forced call's opening, which the prompt ends with and the reply continues.
+    pub forced_prefix: Option<String>,
     pub info: Arc<ModelInfo>,
 }
 
@@ -181,14 +194,26 @@ pub fn chat(wire: ChatCompletionRequest, ctx: &Context<'_>) -> Result<Valid> {
     if wire.messages.is_empty() {
         return Err(bad("messages", "is empty"));
     }
+    let tools = Tools::from_wire(
+        wire.tools.as_ref(),
+        wire.tool_choice.as_ref(),
+        wire.parallel_tool_calls,
+        info.tool_format,
+    )?;
+    let injected = tools
+        .as_ref()
+        .is_some_and(|t| t.format == ToolFormat::Injected);
     let mut messages = wire.messages;
     for (i, m) in messages.iter_mut().enumerate() {
-        normalize_message(i, m)?;
+        normalize_message(i, m, injected)?;
     }
     if let Some(system) = &profile.system_prompt {
         if !messages.iter().any(|m| m["role"] == "system") {
             messages.insert(0, serde_json::json!({"role": "system", "content": system}));
         }
+    }
+    if let Some(t) = tools.as_ref().filter(|_| injected) {
+        crate::tools::offer_in_system_prompt(&mut messages, t);
     }
     let mut kwargs = wire.chat_template_kwargs.unwrap_or_default();
     let thinking = wire
@@ -199,17 +224,29 @@ pub fn chat(wire: ChatCompletionRequest, ctx: &Context<'_>) -> Result<Valid> {
     if let Some(t) = thinking {
         kwargs.insert("enable_thinking".to_owned(), t.into());
     }
-    let text = template.render(&ChatRequest {
+    let mut text = template.render(&ChatRequest {
         messages,
-        tools: None,
+        tools: tools.as_ref().and_then(|t| t.for_template()),
         documents: None,
         add_generation_prompt: true,
         kwargs,
     })?;
-    let prompt = info.tokenizer.encode(&text, true, true)?;
-    let reasoning = info
+    let mut reasoning = info
         .thinking_tags
         .then(|| text.trim_end().ends_with("<think>"));
+    let forced = match tools.as_ref().filter(|t| t.forced()) {
+        Some(t) => Some(Forced::build(t, &info.tokenizer)?),
+        None => None,
+    };
+    if let Some(f) = &forced {
+        if reasoning == Some(true) {
+            // a forced call comes at once: the open reasoning block closes empty
+            text.push_str("\n</think>\n\n");
+            reasoning = Some(false);
+        }
+        text.push_str(&f.prefix);
+    }
+    let prompt = info.tokenizer.encode(&text, true, true)?;
     let logprobs = if wire.logprobs {
         Some(wire.top_logprobs.unwrap_or(0))
     } else if wire.top_logprobs.is_some() {
@@ -220,7 +257,20 @@ pub fn chat(wire: ChatCompletionRequest, ctx: &Context<'_>) -> Result<Valid> {
     if logprobs.is_some_and(|n| n > 20) {
         return Err(bad("top_logprobs", "must be at most 20"));
     }
-    finish(info, profile, wire.common, prompt, logprobs, reasoning)
+    let forced_prefix = forced.as_ref().map(|f| f.prefix.clone());
+    let constraint = forced.map(|f| info.constraint(f.schema));
+    let mut valid = finish(
+        info,
+        profile,
+        wire.common,
+        prompt,
+        logprobs,
+        reasoning,
+        constraint,
+    )?;
+    valid.tools = tools.map(Arc::new);
+    valid.forced_prefix = forced_prefix;
+    Ok(valid)
 }
 
 pub fn completion(wire: CompletionRequest, ctx: &Context<'_>) -> Result<Valid> {
@@ -246,7 +296,15 @@ pub fn completion(wire: CompletionRequest, ctx: &Context<'_>) -> Result<Valid> {
     if wire.logprobs.is_some_and(|n| n > 20) {
         return Err(bad("logprobs", "must be at most 20"));
     }
-    finish(info, profile, wire.common, prompt, wire.logprobs, None)
+    finish(
+        info,
+        profile,
+        wire.common,
+        prompt,
+        wire.logprobs,
+        None,
+        None,
+    )
 }
 
 /// The roles of OpenAI's chat messages.
@@ -256,7 +314,7 @@ const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 /// `system`; a list of text parts becomes one string; a missing or null `content` (an
 /// assistant turn that only calls tools) becomes the empty string. The faulty part is named
 /// in the error (`messages[2].role`), never the template engine's message.
-fn normalize_message(i: usize, m: &mut serde_json::Value) -> Result<()> {
+fn normalize_message(i: usize, m: &mut serde_json::Value, injected: bool) -> Result<()> {
     let at = |field: &str| format!("messages[{i}].{field}");
     let Some(obj) = m.as_object_mut() else {
         return Err(bad(&format!("messages[{i}]"), "must be an object"));
@@ -313,6 +371,26 @@ fn normalize_message(i: usize, m: &mut serde_json::Value) -> Result<()> {
         }
         Some(_) => return Err(bad(&at("content"), "must be a string or a list of parts")),
     };
+    let mut content = content;
+    if let Some(calls) = obj.get_mut("tool_calls") {
+        if role != "assistant" {
+            return Err(bad(&at("tool_calls"), "only assistant messages call tools"));
+        }
+        let rendered = crate::tools::normalize_history_calls(i, calls)?;
+        if injected {
+            // the template renders no calls: the history shows them as the model writes them
+            for call in rendered {
+                if !content.is_empty() {
+                    content.push('\n');
+                }
+                content.push_str(&call);
+            }
+            obj.remove("tool_calls");
+        }
+    }
+    if role == "tool" && injected {
+        content = format!("<tool_response>\n{content}\n</tool_response>");
+    }
     obj.insert("content".to_owned(), content.into());
     Ok(())
 }
@@ -362,13 +440,19 @@ fn finish(
     prompt: Vec<TokenId>,
     logprobs: Option<usize>,
     reasoning: Option<bool>,
+    forced: Option<Constraint>,
 ) -> Result<Valid> {
     if prompt.is_empty() {
         return Err(bad("prompt", "is empty"));
     }
     check_ranges(&common)?;
-    if common.n.is_some_and(|n| n != 1) {
-        return Err(bad("n", "only n = 1 is supported"));
+    let n = common.n.unwrap_or(1) as usize;
+    let width = info.engine.batch_width();
+    if n > width {
+        return Err(bad(
+            "n",
+            &format!("must be at most {width}, the model's batch width (`batch_width`)"),
+        ));
     }
     let context = info.engine.context();
     if prompt.len() >= context {
@@ -428,7 +512,16 @@ fn finish(
         Some(Stop::Many(v)) if v.len() <= 4 => v,
         Some(Stop::Many(_)) => return Err(bad("stop", "at most 4 stop strings")),
     };
-    let constraint = response_format(&info, common.response_format.as_ref())?;
+    let format = response_format(&info, common.response_format.as_ref())?;
+    let constraint = match (forced, format) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                "response_format",
+                "cannot be combined with a forced tool call (`tool_choice`)",
+            ))
+        }
+        (forced, format) => forced.or(format),
+    };
     let model = common.model.unwrap_or_else(|| info.entry.id.clone());
     Ok(Valid {
         request: ValidRequest {
@@ -440,12 +533,15 @@ fn finish(
             logprobs,
             ignore_eos: common.ignore_eos,
             constraint,
+            n,
             span: tracing::Span::none(),
         },
         model,
         stream: common.stream,
         include_usage: common.stream_options.is_some_and(|o| o.include_usage),
         reasoning,
+        tools: None,
+        forced_prefix: None,
         info,
     })
 }

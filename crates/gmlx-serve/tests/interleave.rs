@@ -33,6 +33,7 @@ fn running_streams_keep_streaming_while_a_long_prompt_prefills() {
         logprobs: None,
         ignore_eos: false,
         constraint: None,
+        n: 1,
         span: tracing::Span::none(),
     };
     let mut running = engine

@@ -10,7 +10,7 @@ pub const CHUNK_TOKENS: i32 = 256;
 
 /// Keys and values of one attention layer, `[batch, kv_heads, capacity, head_dim]`, of which
 /// the first `len` positions are filled.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct FullKv {
     keys: Option<Array>,
     values: Option<Array>,

@@ -64,7 +64,7 @@ fn buffer_bytes(keys: &Option<Array>, values: &Option<Array>) -> usize {
 }
 
 /// One layer's cache for one sequence.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum LayerCache {
     FullKv(FullKv),
     RotatingKv(RotatingKv),
@@ -100,8 +100,10 @@ impl LayerCache {
     }
 }
 
-/// One sequence's caches, a layer each, and its position.
-#[derive(Debug)]
+/// One sequence's caches, a layer each, and its position. A clone shares the arrays it holds
+/// (MLX arrays are immutable and appends make new ones), so it forks the sequence: several
+/// continuations of one prefilled prompt.
+#[derive(Debug, Clone)]
 pub struct SequenceCache {
     layers: Vec<LayerCache>,
     position: i32,

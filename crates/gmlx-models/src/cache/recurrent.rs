@@ -3,7 +3,7 @@
 //! sequence.
 use gmlx_mlx::Array;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Recurrent {
     /// `[1, kernel - 1, channels]`: the convolution's inputs before the next token.
     pub conv: Option<Array>,

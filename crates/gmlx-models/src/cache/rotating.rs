@@ -8,7 +8,7 @@ use crate::blocks::mask;
 use crate::error::Result;
 
 /// Position `p` lives in slot `p % window`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RotatingKv {
     window: i32,
     keys: Option<Array>,

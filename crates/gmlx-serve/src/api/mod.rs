@@ -48,11 +48,14 @@ fn finish_reason(f: FinishReason) -> &'static str {
     }
 }
 
-fn usage(d: &Done) -> Usage {
+/// The usage of a request's choices: the prompt counted once, every choice's tokens.
+fn usage_of(done: &[Done]) -> Usage {
+    let prompt_tokens = done.first().map_or(0, |d| d.prompt_tokens);
+    let completion_tokens = done.iter().map(|d| d.completion_tokens).sum();
     Usage {
-        prompt_tokens: d.prompt_tokens,
-        completion_tokens: d.completion_tokens,
-        total_tokens: d.prompt_tokens + d.completion_tokens,
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
     }
 }
 

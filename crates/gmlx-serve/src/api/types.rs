@@ -57,6 +57,9 @@ pub struct ChatCompletionRequest {
     pub top_logprobs: Option<usize>,
     pub enable_thinking: Option<bool>,
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    pub tools: Option<serde_json::Value>,
+    pub tool_choice: Option<serde_json::Value>,
+    pub parallel_tool_calls: Option<bool>,
 }
 
 /// `POST /v1/completions`.
@@ -109,9 +112,30 @@ pub struct ChatLogprobs {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Message {
     pub role: &'static str,
-    pub content: String,
+    /// `null` in a reply that only calls tools.
+    pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// The arguments as a JSON text.
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCall {
+    /// Present in streamed deltas: which call of the reply this is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -140,6 +164,8 @@ pub struct Delta {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
 }
 
 #[derive(Debug, Clone, Serialize)]

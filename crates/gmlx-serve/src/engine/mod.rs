@@ -142,6 +142,11 @@ impl Engine {
         self.streamed.as_ref().and_then(|s| s.report())
     }
 
+    /// Most rows decoded together: the largest `n` a request may ask for.
+    pub fn batch_width(&self) -> usize {
+        self.options.batch_width
+    }
+
     pub fn vocab(&self) -> usize {
         self.vocab
     }

@@ -17,22 +17,27 @@ pub struct ValidRequest {
     pub ignore_eos: bool,
     /// The reply must be one JSON value of a schema (`response_format`).
     pub constraint: Option<gmlx_models::constrain::Constraint>,
+    /// Choices to generate (`n`): rows that share the prefilled prompt, choice `i` sampled
+    /// with seed `seed + i`.
+    pub n: usize,
     /// The `request` span the handler opened: the scheduler's work for this request (its
     /// prefill chunks, its end) is recorded inside it.
     pub span: tracing::Span,
 }
 
-/// One generated token and the text it releases.
+/// One generated token of choice `index` and the text it releases.
 #[derive(Debug, Clone)]
 pub struct TokenOut {
+    pub index: u32,
     pub token: TokenId,
     pub text: String,
     pub logprob: Option<TokenLogprob>,
 }
 
-/// How a request ended.
+/// How choice `index` of a request ended (a request ends when all its choices have).
 #[derive(Debug, Clone, Copy)]
 pub struct Done {
+    pub index: u32,
     pub finish: FinishReason,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,

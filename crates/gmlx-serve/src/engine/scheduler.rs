@@ -29,6 +29,15 @@ struct Row<'t> {
     prefilled: usize,
     /// Logits for the next token (once prefilled).
     logits: Vec<f32>,
+    /// Which of the request's choices this row generates.
+    index: u32,
+    /// Choices still to fork from this row once its prompt is prefilled.
+    forks_due: usize,
+}
+
+/// Rows taken, counting those the prefilling requests will fork.
+fn occupancy(rows: &[Row<'_>]) -> usize {
+    rows.len() + rows.iter().map(|r| r.forks_due).sum::<usize>()
 }
 
 pub(crate) fn run(
@@ -65,7 +74,10 @@ pub(crate) fn run(
             }
         }
         // Requests take free rows at once; their prompts run a chunk per step, in order.
-        while rows.len() < options.batch_width {
+        while let Some(n) = waiting.front().map(|(r, _)| r.n) {
+            if occupancy(&rows) + n > options.batch_width {
+                break;
+            }
             let Some((request, sink)) = waiting.pop_front() else {
                 break;
             };
@@ -89,6 +101,14 @@ pub(crate) fn run(
             } else if let Err(e) = prefill_chunk(&loaded.model, &mut rows[i]) {
                 let row = rows.remove(i);
                 let _ = row.sink.send(Event::Failed(e));
+            } else if rows[i].is_prefilled() && rows[i].forks_due > 0 {
+                match fork(loaded, &mut rows[i]) {
+                    Ok(forks) => rows.extend(forks),
+                    Err(e) => {
+                        let row = rows.remove(i);
+                        let _ = row.sink.send(Event::Failed(e));
+                    }
+                }
             }
         }
         let start = Instant::now();
@@ -162,12 +182,7 @@ fn prefill_chunk(model: &gmlx_models::Model, row: &mut Row<'_>) -> Result<()> {
     Ok(())
 }
 
-/// A fresh row for `request`; its prompt is run later, a chunk per step.
-fn admit<'t>(
-    loaded: &'t Loaded,
-    request: ValidRequest,
-    sink: UnboundedSender<Event>,
-) -> Result<Row<'t>> {
+fn sequence<'t>(loaded: &'t Loaded, request: &ValidRequest) -> Result<Sequence<'t>> {
     let config = loaded.model.config();
     let options = SequenceOptions {
         max_tokens: request.max_tokens,
@@ -178,13 +193,22 @@ fn admit<'t>(
         prefill_chunk: PREFILL_CHUNK,
         constraint: request.constraint.clone(),
     };
-    let sequence = Sequence::new(
+    Ok(Sequence::new(
         &loaded.tokenizer,
         &request.prompt,
         options,
         config.context_length,
         config.vocab as usize,
-    )?;
+    )?)
+}
+
+/// A fresh row for `request`; its prompt is run later, a chunk per step.
+fn admit<'t>(
+    loaded: &'t Loaded,
+    request: ValidRequest,
+    sink: UnboundedSender<Event>,
+) -> Result<Row<'t>> {
+    let sequence = sequence(loaded, &request)?;
     request.span.in_scope(|| {
         tracing::debug!(prompt_tokens = request.prompt.len(), "admitted");
     });
@@ -193,9 +217,33 @@ fn admit<'t>(
         sequence,
         prefilled: 0,
         logits: Vec::new(),
+        index: 0,
+        forks_due: request.n.saturating_sub(1),
         request,
         sink,
     })
+}
+
+/// The other choices of a prefilled row: each shares its cache (the prompt runs once) and
+/// samples with the next seed.
+fn fork<'t>(loaded: &'t Loaded, row: &mut Row<'t>) -> Result<Vec<Row<'t>>> {
+    let n = std::mem::take(&mut row.forks_due);
+    (1..=n)
+        .map(|i| {
+            let mut request = row.request.clone();
+            request.sampling.seed = request.sampling.seed.map(|s| s.wrapping_add(i as u64));
+            Ok(Row {
+                sequence: sequence(loaded, &request)?,
+                cache: row.cache.clone(),
+                prefilled: row.prefilled,
+                logits: row.logits.clone(),
+                index: i as u32,
+                forks_due: 0,
+                sink: row.sink.clone(),
+                request,
+            })
+        })
+        .collect()
 }
 
 /// Samples one token for every prefilled row, streams it, drops finished or abandoned rows,
@@ -212,6 +260,7 @@ fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()>
         let (token, finish) = (step.token, step.finish);
         shared.generated_tokens.fetch_add(1, Ordering::Relaxed);
         let sent = row.sink.send(Event::Token(TokenOut {
+            index: row.index,
             token,
             text: step.text,
             logprob: step.logprob,
@@ -228,6 +277,7 @@ fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()>
                     );
                 });
                 let _ = row.sink.send(Event::Done(Done {
+                    index: row.index,
                     finish,
                     prompt_tokens: row.request.prompt.len(),
                     completion_tokens: row.sequence.generated(),
