@@ -202,9 +202,7 @@ fn ends_here(schema: &Schema, f: Frame) -> bool {
         Frame::Lit { list, pos, lo, .. } => {
             schema.literals[list as usize][lo as usize].len() == pos as usize
         }
-        Frame::Seq { node, i } => {
-            matches!(&schema.nodes[node as usize], Node::Seq(p) if i as usize >= p.len())
-        }
+        Frame::Seq { node, i } => seq_part(schema, node, i).is_none(),
         _ => false,
     }
 }
@@ -256,6 +254,14 @@ fn child_done(schema: &Schema, stack: &mut Stack) {
     }
 }
 
+/// Part `i` of `Seq` node `node`; `None` past its last part.
+fn seq_part(schema: &Schema, node: NodeId, i: u32) -> Option<NodeId> {
+    match &schema.nodes[node as usize] {
+        Node::Seq(parts) => parts.get(i as usize).copied(),
+        _ => None,
+    }
+}
+
 /// Moves `stack` to where a control token is due, ending values that may end; the token's
 /// id, or `None` when the next thing is not a control token.
 fn to_token(schema: &Schema, stack: &mut Stack) -> Option<u32> {
@@ -272,12 +278,9 @@ fn to_token(schema: &Schema, stack: &mut Stack) -> Option<u32> {
                 }
                 _ => return None,
             },
-            Frame::Seq { node, i } => match &schema.nodes[node as usize] {
-                Node::Seq(parts) if (i as usize) < parts.len() => stack.push(Frame::Value {
-                    node: parts[i as usize],
-                    ws: 0,
-                }),
-                _ => child_done(schema, stack),
+            Frame::Seq { node, i } => match seq_part(schema, node, i) {
+                Some(part) => stack.push(Frame::Value { node: part, ws: 0 }),
+                None => child_done(schema, stack),
             },
             f if ends_here(schema, f) => child_done(schema, stack),
             _ => return None,
@@ -329,15 +332,9 @@ fn step(schema: &Schema, f: Frame, b: u8, depth: usize) -> Step {
             digits,
         } => number(integer, st, digits, b),
         Frame::Lit { list, pos, lo, hi } => literal(schema, list, pos, lo, hi, b),
-        Frame::Seq { node, i } => match &schema.nodes[node as usize] {
-            Node::Seq(parts) if (i as usize) < parts.len() => Step::PushRefeed(
-                f,
-                Frame::Value {
-                    node: parts[i as usize],
-                    ws: 0,
-                },
-            ),
-            _ => Step::DoneRefeed,
+        Frame::Seq { node, i } => match seq_part(schema, node, i) {
+            Some(part) => Step::PushRefeed(f, Frame::Value { node: part, ws: 0 }),
+            None => Step::DoneRefeed,
         },
         // a choice's text is read by the `Lit` above it
         Frame::Choice { .. } => Step::Reject,

@@ -113,11 +113,9 @@ impl Schema {
 
     /// Compiles a JSON Schema (`response_format: json_schema`, a tool's `parameters`).
     pub fn compile(schema: &Value) -> Result<Schema, SchemaError> {
-        let mut c = Compiler::default();
-        let root = c.root(schema)?;
-        let mut schema = c.finish(root);
-        schema.index_branches()?;
-        Ok(schema)
+        let mut g = Grammar::new();
+        let root = g.json(schema)?;
+        g.build(root)
     }
 
     /// The branch of `OneOf` node `id` a value starting with `b` takes.
