@@ -97,7 +97,8 @@ impl Forced {
                 .collect(),
             _ => tools.list.iter().enumerate().collect(),
         };
-        let named = matches!(tools.choice, ToolChoice::Named(_)) || chosen.len() == 1;
+        // a named function, or `required` with one tool: the name is part of the opening
+        let named = chosen.len() == 1;
         let at = |i: usize| format!("tools[{i}].function.parameters");
         let mut g = Grammar::new();
         let json = |g: &mut Grammar, i: usize, tool: &Tool| {
