@@ -56,7 +56,8 @@ pub fn run() -> Result<()> {
          on a float32 copy of the file at every position with the same 32 greedy tokens;\n\
          teacher-forced on llama.cpp's run of the quantized file (same token wherever\n\
          llama.cpp's top-1 leads by at least 0.5); float fixtures also within 1e-3 of\n\
-         transformers. The real-model check of `llama` (SmolLM2-135M-Instruct Q4_1) is in\n\
+         transformers, except where an architecture's section says why transformers differs\n\
+         (there llama.cpp alone is the reference). The real-model check of `llama` (SmolLM2-135M-Instruct Q4_1) is in\n\
          docs/testing.md.\n\n",
     );
     for (arch, rows) in &by_arch {
@@ -80,9 +81,31 @@ pub fn run() -> Result<()> {
             )?;
         }
         writeln!(doc)?;
+        if let Some(note) = transformers_difference(arch)? {
+            writeln!(doc, "Where transformers differs: {note}\n")?;
+        }
     }
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/architectures.md");
     std::fs::write(&path, doc)?;
     println!("wrote {}", path.display());
     Ok(())
+}
+
+/// The fixture's recorded reason and measurement when transformers is not a golden for `arch`
+/// (the "Not a golden" paragraph tools/fixtures/pipeline.py writes into PROVENANCE.md).
+fn transformers_difference(arch: &str) -> Result<Option<String>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(arch)
+        .join("PROVENANCE.md");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    let Some(reason) = text.lines().find_map(|l| l.strip_prefix("Not a golden: ")) else {
+        return Ok(None);
+    };
+    let measured = text
+        .lines()
+        .find(|l| l.starts_with("transformers vs llama.cpp"))
+        .unwrap_or_default();
+    Ok(Some(format!("{reason} {measured}")))
 }

@@ -6,15 +6,18 @@ use gmlx_gguf::GgufFile;
 use gmlx_mlx::Dtype;
 
 use crate::blocks::attention::Attention;
-use crate::blocks::decoder::{Decoder, DecoderLayer, Ffn};
+use crate::blocks::decoder::{BlockHyper, Decoder, DecoderLayer, Ffn};
 use crate::blocks::delta_net::{DeltaGates, DeltaInput, GatedDeltaNet};
+use crate::blocks::hyper::{HyperConnection, HyperHead};
+use crate::blocks::latent::{Indexer, LatentAttention};
 use crate::blocks::linear::Linear;
 use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::SwiGlu;
 use crate::blocks::moe::{ExpertPlacement, Experts, MoeFfn, Router, SharedExpert};
 use crate::blocks::rope::Rope;
 use crate::config::{
-    AttentionSpec, DeltaNetSpec, FfnSpec, LayerSpec, MixerSpec, ModelConfig, MoeConfig,
+    AttentionSpec, DeltaNetSpec, FfnSpec, HyperSpec, LatentSpec, LayerSpec, MixerSpec, ModelConfig,
+    MoeConfig,
 };
 use crate::error::{Error, Result};
 use crate::load::LoadOptions;
@@ -53,7 +56,43 @@ fn decoder(w: &Weights<'_>, config: &ModelConfig) -> Result<Decoder> {
         layers,
         output_norm: w.rms_norm(&Tensor::OutputNorm.weight(0), c.hidden, c.rms_eps)?,
         output: w.optional_matrix(&Tensor::Output.weight(0), c.vocab, c.hidden)?,
+        hyper_head: c
+            .hyper
+            .map(|h| -> Result<_> {
+                let (n, flat) = (h.streams as u64, (h.streams * c.hidden) as u64);
+                Ok((
+                    h.streams,
+                    HyperHead {
+                        mix: w.array_f32(&Tensor::HcHeadFn.weight(0), &[flat, n])?,
+                        base: w.array_f32(&Tensor::HcHeadBase.weight(0), &[n])?,
+                        scale: w.array_f32(&Tensor::HcHeadScale.weight(0), &[1])?,
+                        eps: h.eps,
+                        norm_eps: c.rms_eps,
+                    },
+                ))
+            })
+            .transpose()?,
         dtype: w.dtype(),
+    })
+}
+
+/// The pre/post weights `[fn, base, scale]` of one sublayer of layer `l`.
+fn hyper_connection(
+    w: &Weights<'_>,
+    c: &ModelConfig,
+    l: usize,
+    h: &HyperSpec,
+    names: [Tensor; 3],
+) -> Result<HyperConnection> {
+    let (n, flat) = (h.streams as u64, (h.streams * c.hidden) as u64);
+    Ok(HyperConnection {
+        mix: w.array_f32(&names[0].weight(l), &[flat, 2 * n])?,
+        base: w.array_f32(&names[1].weight(l), &[2 * n])?,
+        scale: w.array_f32(&names[2].weight(l), &[2])?,
+        streams: h.streams,
+        eps: h.eps,
+        magnitude: h.magnitude,
+        norm_eps: c.rms_eps,
     })
 }
 
@@ -61,7 +100,29 @@ fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result
     let mixer = match &spec.mixer {
         MixerSpec::Attention(a) => Mixer::Attention(attention(w, c, l, a)?),
         MixerSpec::GatedDeltaNet(d) => Mixer::GatedDeltaNet(delta_net(w, c, l, d)?),
+        MixerSpec::Latent(a) => Mixer::Latent(Box::new(latent(w, c, l, a)?)),
     };
+    let hyper = c
+        .hyper
+        .map(|h| -> Result<BlockHyper> {
+            Ok(BlockHyper {
+                attn: hyper_connection(
+                    w,
+                    c,
+                    l,
+                    &h,
+                    [Tensor::HcAttnFn, Tensor::HcAttnBase, Tensor::HcAttnScale],
+                )?,
+                ffn: hyper_connection(
+                    w,
+                    c,
+                    l,
+                    &h,
+                    [Tensor::HcFfnFn, Tensor::HcFfnBase, Tensor::HcFfnScale],
+                )?,
+            })
+        })
+        .transpose()?;
     let ffn = match &spec.ffn {
         FfnSpec::Dense { hidden } => Ffn::Dense(dense(w, c, l, *hidden)?),
         FfnSpec::Moe(m) => Ffn::Moe(Box::new(moe(w, c, l, m)?)),
@@ -71,6 +132,7 @@ fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result
         mixer,
         ffn_norm: w.rms_norm(&spec.ffn_norm.weight(l), c.hidden, c.rms_eps)?,
         ffn,
+        hyper,
     })
 }
 
@@ -121,6 +183,72 @@ fn attention(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &AttentionSpec) -> R
         sinks,
         window: a.window,
         output_gate: a.output_gate,
+    })
+}
+
+fn latent(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &LatentSpec) -> Result<LatentAttention> {
+    let h = c.hidden;
+    let heads = a.n_heads;
+    let dims = |v: &[i32]| v.iter().map(|&d| d as u64).collect::<Vec<u64>>();
+    let indexer = match a.indexer.filter(|i| i.owns) {
+        Some(i) => Some(Indexer {
+            attn_q_b: linear(
+                w,
+                Tensor::IndexerAttnQB,
+                l,
+                i.heads * i.head_dim,
+                a.q_rank,
+                false,
+            )?,
+            attn_k: linear(w, Tensor::IndexerAttnK, l, i.head_dim, h, false)?,
+            k_norm_weight: w.array(&Tensor::IndexerKNorm.weight(l), &[i.head_dim as u64])?,
+            k_norm_bias: w.array(&Tensor::IndexerKNorm.bias(l), &[i.head_dim as u64])?,
+            proj: linear(w, Tensor::IndexerProj, l, i.heads, h, false)?,
+            heads: i.heads,
+            head_dim: i.head_dim,
+            top_k: i.top_k,
+            eps: c.rms_eps,
+        }),
+        None => None,
+    };
+    Ok(LatentAttention {
+        attn_q_a: linear(w, Tensor::AttnQA, l, a.q_rank, h, false)?,
+        attn_q_a_norm: w.rms_norm(&Tensor::AttnQANorm.weight(l), a.q_rank, c.rms_eps)?,
+        attn_q_b: linear(
+            w,
+            Tensor::AttnQB,
+            l,
+            heads * (a.nope_dim + a.rope_dim),
+            a.q_rank,
+            false,
+        )?,
+        attn_kv_a_mqa: linear(w, Tensor::AttnKvAMqa, l, a.kv_rank + a.rope_dim, h, false)?,
+        attn_kv_a_norm: w.rms_norm(&Tensor::AttnKvANorm.weight(l), a.kv_rank, c.rms_eps)?,
+        attn_k_b: w.array(
+            &Tensor::AttnKB.weight(l),
+            &dims(&[a.nope_dim, a.kv_rank, heads]),
+        )?,
+        attn_v_b: w.array(
+            &Tensor::AttnVB.weight(l),
+            &dims(&[a.kv_rank, a.v_dim, heads]),
+        )?,
+        attn_gate: a
+            .output_gate
+            .then(|| linear(w, Tensor::AttnGate, l, heads * a.v_dim, h, false))
+            .transpose()?,
+        attn_output: linear(w, Tensor::AttnOutput, l, h, heads * a.v_dim, false)?,
+        sinks: a
+            .sinks
+            .then(|| w.array_f32(&Tensor::AttnSinks.weight(l), &[heads as u64]))
+            .transpose()?,
+        indexer,
+        shares_selection: a.indexer.is_some_and(|i| !i.owns),
+        n_heads: heads,
+        nope_dim: a.nope_dim,
+        rope_dim: a.rope_dim,
+        kv_rank: a.kv_rank,
+        v_dim: a.v_dim,
+        rope: Rope::new(&a.rope),
     })
 }
 
@@ -201,7 +329,10 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
         router: Router {
             ffn_gate_inp: linear(w, Tensor::FfnGateInp, l, e, h, m.biases)?,
             gating: m.gating,
-            selection_bias: None,
+            selection_bias: m
+                .selection_bias
+                .then(|| w.array_f32(&Tensor::FfnExpProbsB.bias(l), &[e as u64]))
+                .transpose()?,
             top_k: m.experts_used,
             normalize: m.normalize,
             scale: m.weights_scale,

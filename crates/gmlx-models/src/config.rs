@@ -56,6 +56,9 @@ pub struct MoeConfig {
     pub activation: ExpertActivation,
     /// The router and the experts carry `.bias` tensors (gpt-oss).
     pub biases: bool,
+    /// `exp_probs_b` is added to the scores to select experts, not to weigh them (DeepSeek-V3
+    /// style routers).
+    pub selection_bias: bool,
     /// An always-on SwiGLU expert of this hidden size (`ffn_*_shexp`), beside the routed ones.
     pub shared_expert: Option<SharedExpertSpec>,
 }
@@ -75,6 +78,51 @@ pub enum MixerSpec {
     Attention(AttentionSpec),
     /// Linear attention with a recurrent state (Qwen3.5, Qwen3-Next).
     GatedDeltaNet(DeltaNetSpec),
+    /// Multi-head latent attention (HY4): low-rank queries, one compressed key-value row per
+    /// position with a decoupled rotary part.
+    Latent(LatentSpec),
+}
+
+/// One latent attention layer's shape and options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatentSpec {
+    pub n_heads: i32,
+    pub q_rank: i32,
+    /// Width of the compressed key-value row (the values attention reads).
+    pub kv_rank: i32,
+    /// Per-head query and key dimensions without rotation, and with it.
+    pub nope_dim: i32,
+    pub rope_dim: i32,
+    /// Per-head output dimension after decompression.
+    pub v_dim: i32,
+    pub rope: RopeConfig,
+    /// Per-head sink logits.
+    pub sinks: bool,
+    /// The output is multiplied by `sigmoid(attn_gate · x)` before `attn_output`.
+    pub output_gate: bool,
+    /// The sparse key selection of a lightning indexer.
+    pub indexer: Option<IndexerSpec>,
+}
+
+/// A lightning indexer: each query attends to the `top_k` keys its scores rank highest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexerSpec {
+    pub heads: i32,
+    pub head_dim: i32,
+    pub top_k: i32,
+    /// This layer computes the selection (and keeps the indexer's keys); otherwise it reuses
+    /// the selection of the last layer before it that does.
+    pub owns: bool,
+}
+
+/// Hyper-connections: the residual stream is `streams` parallel copies of the hidden state,
+/// reduced before each sublayer and written back after it with learned per-token weights.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HyperSpec {
+    pub streams: i32,
+    pub eps: f32,
+    /// Scale of the write-back weights.
+    pub magnitude: f32,
 }
 
 /// Which key head a value head of a gated DeltaNet reads, when there are more value heads.
@@ -155,6 +203,9 @@ impl LayerSpec {
                 None => CacheKind::FullKv,
             },
             MixerSpec::GatedDeltaNet(_) => CacheKind::Recurrent,
+            MixerSpec::Latent(a) => CacheKind::Latent {
+                indexer: a.indexer.is_some_and(|i| i.owns),
+            },
         }
     }
 }
@@ -194,6 +245,22 @@ impl fmt::Display for LayerSpec {
                     write!(f, ", fused ssm_in")?;
                 }
             }
+            MixerSpec::Latent(a) => {
+                write!(
+                    f,
+                    "latent attention {}q x {}+{} (q rank {}, kv rank {}, v {})",
+                    a.n_heads, a.nope_dim, a.rope_dim, a.q_rank, a.kv_rank, a.v_dim
+                )?;
+                for (on, name) in [(a.sinks, "sinks"), (a.output_gate, "output-gate")] {
+                    if on {
+                        write!(f, ", {name}")?;
+                    }
+                }
+                if let Some(i) = a.indexer {
+                    let role = if i.owns { "indexer" } else { "shared indexer" };
+                    write!(f, ", {role} top {}", i.top_k)?;
+                }
+            }
         }
         match &self.ffn {
             FfnSpec::Dense { hidden } => write!(f, " | mlp {hidden}"),
@@ -226,6 +293,8 @@ pub struct ModelConfig {
     pub context_length: usize,
     /// One entry per block, in order: what each layer mixes with, its feed-forward, its cache.
     pub layers: Vec<LayerSpec>,
+    /// Several residual streams instead of one (HY4).
+    pub hyper: Option<HyperSpec>,
 }
 
 impl ModelConfig {
@@ -390,6 +459,7 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
         rms_eps,
         context_length,
         layers,
+        hyper: None,
     })
 }
 
@@ -428,6 +498,7 @@ pub fn synth_moe(file: &GgufFile) -> Result<MoeConfig> {
         normalize: true,
         activation: ExpertActivation::SwiGlu,
         biases: false,
+        selection_bias: false,
         shared_expert: None,
     })
 }
@@ -538,7 +609,7 @@ mod tests {
             .iter()
             .map(|l| match &l.mixer {
                 MixerSpec::Attention(a) => a.n_kv_heads,
-                MixerSpec::GatedDeltaNet(_) => 0,
+                MixerSpec::GatedDeltaNet(_) | MixerSpec::Latent(_) => 0,
             })
             .collect()
     }

@@ -54,6 +54,11 @@ pub static ARCHES: &[ArchSpec] = &[
         synth: arch::qwen3next::synth,
         build: build::model,
     },
+    ArchSpec {
+        name: "hy_v4",
+        synth: arch::hy_v4::synth,
+        build: build::model,
+    },
 ];
 
 impl std::fmt::Debug for ArchSpec {

@@ -147,4 +147,8 @@ certify! {
     qwen3next_q4_k_m => "qwen3next/qwen3next-Q4_K_M",
     qwen3next_q6_k => "qwen3next/qwen3next-Q6_K",
     qwen3next_iq4_xs => "qwen3next/qwen3next-IQ4_XS",
+    hy_v4_f16 => "hy_v4/hy_v4-F16",
+    hy_v4_q8_0 => "hy_v4/hy_v4-Q8_0",
+    hy_v4_q4_k_m => "hy_v4/hy_v4-Q4_K_M",
+    hy_v4_q6_k => "hy_v4/hy_v4-Q6_K",
 }

@@ -17,7 +17,7 @@ pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
         .iter()
         .find_map(|l| match &l.mixer {
             MixerSpec::Attention(a) => Some(a.rope.dims / 2),
-            MixerSpec::GatedDeltaNet(_) => None,
+            _ => None,
         })
         .unwrap_or(0);
     let sections = rope_sections(file, pairs)?;

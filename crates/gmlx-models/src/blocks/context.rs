@@ -13,14 +13,19 @@ pub struct ForwardCtx<'a, 's> {
     /// One sequence's caches per row, or `None` for a pass over whole sequences from
     /// position 0 that keeps nothing (training, teacher forcing without a cache).
     caches: Option<&'a mut [&'s mut SequenceCache]>,
+    /// The keys each query may see as chosen by the last lightning indexer of this pass, per
+    /// row of a cached pass (one entry for the whole batch otherwise): the layers that share
+    /// that indexer read it here.
+    pub selection: Vec<Option<Array>>,
 }
 
 impl<'a, 's> ForwardCtx<'a, 's> {
     /// A pass that continues the sequences in `caches`, one per row of `tokens`.
     pub fn cached(tokens: &'a Array, caches: &'a mut [&'s mut SequenceCache]) -> Self {
-        let positions = caches.iter().map(|c| c.position()).collect();
+        let positions: Vec<i32> = caches.iter().map(|c| c.position()).collect();
         ForwardCtx {
             tokens,
+            selection: vec![None; positions.len()],
             positions,
             caches: Some(caches),
         }
@@ -32,6 +37,7 @@ impl<'a, 's> ForwardCtx<'a, 's> {
             tokens,
             positions: vec![0; tokens.shape()[0] as usize],
             caches: None,
+            selection: vec![None],
         }
     }
 

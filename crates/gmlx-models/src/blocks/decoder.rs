@@ -4,6 +4,7 @@
 use gmlx_mlx::{Array, Dtype, QuantWeight};
 
 use crate::blocks::context::ForwardCtx;
+use crate::blocks::hyper::{HyperConnection, HyperHead};
 use crate::blocks::linear::Linear;
 use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::SwiGlu;
@@ -51,13 +52,22 @@ impl Ffn {
     }
 }
 
-/// One block: `h = x + mixer(norm(x)); out = h + ffn(norm(h))`.
+/// One block: `h = x + mixer(norm(x)); out = h + ffn(norm(h))`; with hyper-connections the
+/// residual is several streams, reduced before each sublayer and written back after it.
 #[derive(Debug, Clone)]
 pub struct DecoderLayer {
     pub attn_norm: RmsNorm,
     pub mixer: Mixer,
     pub ffn_norm: RmsNorm,
     pub ffn: Ffn,
+    pub hyper: Option<BlockHyper>,
+}
+
+/// A block's hyper-connections: around the mixer, and around the feed-forward.
+#[derive(Debug, Clone)]
+pub struct BlockHyper {
+    pub attn: HyperConnection,
+    pub ffn: HyperConnection,
 }
 
 impl DecoderLayer {
@@ -65,6 +75,13 @@ impl DecoderLayer {
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
         v.array(&self.attn_norm.weight);
         self.mixer.visit(v);
+        if let Some(h) = &self.hyper {
+            for c in [&h.attn, &h.ffn] {
+                v.array(&c.mix);
+                v.array(&c.base);
+                v.array(&c.scale);
+            }
+        }
         v.array(&self.ffn_norm.weight);
         self.ffn.visit(v);
     }
@@ -95,6 +112,9 @@ impl DecoderLayer {
 
     /// Block `layer` on `x [batch, tokens, hidden]`.
     pub fn forward(&self, x: &Array, layer: usize, ctx: &mut ForwardCtx<'_, '_>) -> Result<Array> {
+        if let Some(hyper) = &self.hyper {
+            return self.forward_streams(x, layer, ctx, hyper);
+        }
         let mixed = self
             .mixer
             .forward(&self.attn_norm.forward(x)?, layer, ctx)?;
@@ -103,6 +123,26 @@ impl DecoderLayer {
             .ffn
             .forward(&self.ffn_norm.forward(&h)?, layer, &ctx.positions)?;
         Ok(h.add(&ffn)?)
+    }
+
+    /// The block on residual streams `x [batch, tokens, streams, hidden]`.
+    fn forward_streams(
+        &self,
+        x: &Array,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+        hyper: &BlockHyper,
+    ) -> Result<Array> {
+        let r = hyper.attn.reduce(x)?;
+        let mixed = self
+            .mixer
+            .forward(&self.attn_norm.forward(&r.input)?, layer, ctx)?;
+        let h = hyper.attn.write_back(&mixed, x, &r.post)?;
+        let r = hyper.ffn.reduce(&h)?;
+        let ffn = self
+            .ffn
+            .forward(&self.ffn_norm.forward(&r.input)?, layer, &ctx.positions)?;
+        hyper.ffn.write_back(&ffn, &h, &r.post)
     }
 }
 
@@ -175,6 +215,8 @@ pub struct Decoder {
     pub output_norm: RmsNorm,
     /// `None` when the output head is tied to the token embedding.
     pub output: Option<QuantWeight>,
+    /// With hyper-connections: the streams' count and their final reduction.
+    pub hyper_head: Option<(i32, HyperHead)>,
     pub dtype: Dtype,
 }
 
@@ -206,13 +248,28 @@ impl Decoder {
         self.head(x, &pass.logits)
     }
 
-    /// Token ids `[batch, n]` to hidden states `[batch, n, hidden]`.
+    /// Token ids `[batch, n]` to hidden states `[batch, n, hidden]` (with hyper-connections,
+    /// that many copies: `[batch, n, streams, hidden]`).
     pub fn embed(&self, tokens: &Array) -> Result<Array> {
-        Ok(self.token_embd.rows(tokens)?.as_dtype(self.dtype)?)
+        let x = self.token_embd.rows(tokens)?.as_dtype(self.dtype)?;
+        match &self.hyper_head {
+            None => Ok(x),
+            Some((streams, _)) => {
+                let s = x.shape().to_vec();
+                Ok(gmlx_mlx::ops::broadcast_to(
+                    x.expand_dims_axes(&[-2])?,
+                    &[s[0], s[1], *streams, s[2]],
+                )?)
+            }
+        }
     }
 
     /// Final norm and output head on the positions `logits` selects, in float32.
     fn head(&self, x: Array, logits: &Logits) -> Result<Array> {
+        let x = match &self.hyper_head {
+            Some((_, head)) => head.reduce(&x)?,
+            None => x,
+        };
         let s = x.shape().to_vec();
         let x = match logits {
             Logits::All => x,
@@ -229,6 +286,11 @@ impl Decoder {
         v.quant(&self.token_embd);
         for layer in &self.layers {
             layer.visit(v);
+        }
+        if let Some((_, head)) = &self.hyper_head {
+            v.array(&head.mix);
+            v.array(&head.base);
+            v.array(&head.scale);
         }
         v.array(&self.output_norm.weight);
         if let Some(o) = &self.output {

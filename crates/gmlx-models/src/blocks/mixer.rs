@@ -5,6 +5,7 @@ use gmlx_mlx::Array;
 use crate::blocks::attention::Attention;
 use crate::blocks::context::ForwardCtx;
 use crate::blocks::delta_net::GatedDeltaNet;
+use crate::blocks::latent::LatentAttention;
 use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
 use crate::error::Result;
 
@@ -12,6 +13,7 @@ use crate::error::Result;
 pub enum Mixer {
     Attention(Attention),
     GatedDeltaNet(GatedDeltaNet),
+    Latent(Box<LatentAttention>),
 }
 
 impl Mixer {
@@ -19,6 +21,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => a.forward(x, layer, ctx),
             Mixer::GatedDeltaNet(d) => d.forward(x, layer, ctx),
+            Mixer::Latent(a) => a.forward(x, layer, ctx),
         }
     }
 
@@ -26,6 +29,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => a.visit(v),
             Mixer::GatedDeltaNet(d) => d.visit(v),
+            Mixer::Latent(a) => a.visit(v),
         }
     }
 
@@ -33,6 +37,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => a.visit_mut(v),
             Mixer::GatedDeltaNet(d) => d.visit_mut(v),
+            Mixer::Latent(a) => a.visit_mut(v),
         }
     }
 }

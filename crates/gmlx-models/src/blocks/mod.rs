@@ -4,6 +4,8 @@ pub mod context;
 pub mod decoder;
 pub mod delta_net;
 pub mod delta_rule;
+pub mod hyper;
+pub mod latent;
 pub mod linear;
 pub mod mask;
 pub mod mixer;

@@ -143,6 +143,8 @@ pub enum ExpertActivation {
     /// gpt-oss: `gate' = min(gate, limit)`, `up' = clamp(up, -limit, limit)`,
     /// `gate' * sigmoid(alpha * gate') * (up' + 1)`.
     SwiGluOai { alpha: f32, limit: f32 },
+    /// `silu(min(gate, limit)) * clamp(up, -limit, limit)` (DeepSeek-V4, HY4 routed experts).
+    SwiGluClamped { limit: f32 },
 }
 
 /// One of the three matrices of every expert (in this order in a [`Selection`]'s stacks).
@@ -300,6 +302,14 @@ impl Experts {
                 )?;
                 let glu = gate.multiply(ops::sigmoid(gate.multiply(Array::from_f32(alpha))?)?)?;
                 glu.multiply(up.add(Array::from_f32(1.0))?)?
+            }
+            ExpertActivation::SwiGluClamped { limit } => {
+                let gate = ops::minimum(&gate, Array::from_f32(limit))?;
+                let up = ops::minimum(
+                    ops::maximum(&up, Array::from_f32(-limit))?,
+                    Array::from_f32(limit),
+                )?;
+                gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?
             }
         };
         let out = self

@@ -12,9 +12,8 @@ pub const CHUNK_TOKENS: i32 = 256;
 /// the first `len` positions are filled.
 #[derive(Debug, Clone, Default)]
 pub struct FullKv {
-    keys: Option<Array>,
-    values: Option<Array>,
-    len: i32,
+    keys: Buffer,
+    values: Buffer,
 }
 
 impl FullKv {
@@ -23,6 +22,51 @@ impl FullKv {
     }
 
     /// Tokens held.
+    pub fn len(&self) -> i32 {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.len() == 0
+    }
+
+    /// Positions allocated.
+    pub fn capacity(&self) -> i32 {
+        self.keys.capacity()
+    }
+
+    /// Bytes of the buffers (capacity, not just the filled part).
+    pub fn nbytes(&self) -> usize {
+        self.keys.nbytes() + self.values.nbytes()
+    }
+
+    /// Appends the tokens starting at `position` (which must be the number held) and returns
+    /// every key and value, causal for a chunk of several queries.
+    pub fn attend(&mut self, k: &Array, v: &Array, position: i32) -> Result<Attended> {
+        debug_assert_eq!(position, self.len(), "a full cache is appended in order");
+        let queries = k.shape()[2];
+        let keys = self.keys.append(k)?;
+        let values = self.values.append(v)?;
+        let mask = if queries > 1 {
+            KeyMask::Causal
+        } else {
+            KeyMask::All
+        };
+        Ok(Attended { keys, values, mask })
+    }
+}
+
+/// One growing `[batch, heads, capacity, width]` buffer whose first `len` positions are
+/// filled: the keys or the values of a full cache, or any other per-position array a layer
+/// keeps (a latent cache, an indexer's keys).
+#[derive(Debug, Clone, Default)]
+pub struct Buffer {
+    data: Option<Array>,
+    len: i32,
+}
+
+impl Buffer {
+    /// Positions held.
     pub fn len(&self) -> i32 {
         self.len
     }
@@ -33,62 +77,38 @@ impl FullKv {
 
     /// Positions allocated.
     pub fn capacity(&self) -> i32 {
-        self.keys.as_ref().map_or(0, |k| k.shape()[2])
+        self.data.as_ref().map_or(0, |d| d.shape()[2])
     }
 
-    /// Bytes of the buffers (capacity, not just the filled part).
+    /// Bytes allocated.
     pub fn nbytes(&self) -> usize {
-        super::buffer_bytes(&self.keys, &self.values)
+        self.data.as_ref().map_or(0, Array::nbytes)
     }
 
-    /// Appends the tokens starting at `position` (which must be the number held) and returns
-    /// every key and value, causal for a chunk of several queries.
-    pub fn attend(&mut self, k: &Array, v: &Array, position: i32) -> Result<Attended> {
-        debug_assert_eq!(position, self.len, "a full cache is appended in order");
-        let queries = k.shape()[2];
-        let (keys, values) = self.append(k, v)?;
-        let mask = if queries > 1 {
-            KeyMask::Causal
-        } else {
-            KeyMask::All
-        };
-        Ok(Attended { keys, values, mask })
-    }
-
-    /// Appends `k`, `v` (`[batch, kv_heads, n, head_dim]`) and returns the filled part of the
-    /// buffers, which now ends with them.
-    fn append(&mut self, k: &Array, v: &Array) -> Result<(Array, Array)> {
-        let shape = k.shape().to_vec();
+    /// Appends `x [batch, heads, n, width]` and returns the filled part, which now ends
+    /// with it.
+    pub fn append(&mut self, x: &Array) -> Result<Array> {
+        let shape = x.shape().to_vec();
         let n = shape[2];
         let needed = self.len + n;
         if needed > self.capacity() {
             let capacity = (needed + CHUNK_TOKENS - 1) / CHUNK_TOKENS * CHUNK_TOKENS;
-            self.keys = Some(grow(self.keys.take(), &shape, capacity, self.len, k)?);
-            self.values = Some(grow(self.values.take(), v.shape(), capacity, self.len, v)?);
+            self.data = Some(grow(self.data.take(), &shape, capacity, self.len, x)?);
         }
-        let (Some(keys), Some(values)) = (self.keys.take(), self.values.take()) else {
-            unreachable!("buffers exist after growing");
+        let Some(data) = self.data.take() else {
+            unreachable!("the buffer exists after growing");
         };
-        let at = |a: &Array, src: &Array| -> Result<Array> {
-            let s = a.shape();
-            Ok(slice_update(
-                src,
-                a,
-                &[0, 0, self.len, 0],
-                &[s[0], s[1], self.len + n, s[3]],
-            )?)
-        };
-        let keys = at(k, &keys)?;
-        let values = at(v, &values)?;
+        let data = slice_update(
+            &data,
+            x,
+            &[0, 0, self.len, 0],
+            &[shape[0], shape[1], needed, shape[3]],
+        )?;
         self.len = needed;
-        let filled = |a: &Array| -> Result<Array> {
-            let s = a.shape();
-            Ok(slice(a, &[0, 0, 0, 0], &[s[0], s[1], self.len, s[3]])?)
-        };
-        let out = (filled(&keys)?, filled(&values)?);
-        self.keys = Some(keys);
-        self.values = Some(values);
-        Ok(out)
+        let s = data.shape().to_vec();
+        let filled = slice(&data, &[0, 0, 0, 0], &[s[0], s[1], self.len, s[3]])?;
+        self.data = Some(data);
+        Ok(filled)
     }
 }
 

@@ -1,10 +1,12 @@
 //! Per-sequence state between forward passes: one cache per layer, chosen by the layer's kind
 //! in the model's plan, and the sequence's position (how many tokens it has seen).
 mod full;
+mod latent;
 mod recurrent;
 mod rotating;
 
 pub use full::FullKv;
+pub use latent::Latent;
 pub use recurrent::Recurrent;
 pub use rotating::RotatingKv;
 
@@ -22,6 +24,8 @@ pub enum CacheKind {
     RotatingKv { window: i32 },
     /// A recurrent layer's fixed-size state (convolution history and delta-rule state).
     Recurrent,
+    /// A latent attention layer's compressed rows, and its indexer's keys when it owns one.
+    Latent { indexer: bool },
 }
 
 impl std::fmt::Display for CacheKind {
@@ -30,6 +34,8 @@ impl std::fmt::Display for CacheKind {
             CacheKind::FullKv => write!(f, "full kv"),
             CacheKind::RotatingKv { window } => write!(f, "rotating kv ({window})"),
             CacheKind::Recurrent => write!(f, "recurrent state"),
+            CacheKind::Latent { indexer: false } => write!(f, "latent kv"),
+            CacheKind::Latent { indexer: true } => write!(f, "latent kv + indexer keys"),
         }
     }
 }
@@ -69,6 +75,7 @@ pub enum LayerCache {
     FullKv(FullKv),
     RotatingKv(RotatingKv),
     Recurrent(Recurrent),
+    Latent(Latent),
 }
 
 impl LayerCache {
@@ -77,6 +84,7 @@ impl LayerCache {
             CacheKind::FullKv => LayerCache::FullKv(FullKv::new()),
             CacheKind::RotatingKv { window } => LayerCache::RotatingKv(RotatingKv::new(window)),
             CacheKind::Recurrent => LayerCache::Recurrent(Recurrent::default()),
+            CacheKind::Latent { indexer } => LayerCache::Latent(Latent::new(indexer)),
         }
     }
 
@@ -86,7 +94,7 @@ impl LayerCache {
         match self {
             LayerCache::FullKv(c) => Some(c.attend(k, v, position)),
             LayerCache::RotatingKv(c) => Some(c.attend(k, v, position)),
-            LayerCache::Recurrent(_) => None,
+            LayerCache::Recurrent(_) | LayerCache::Latent(_) => None,
         }
     }
 
@@ -96,6 +104,7 @@ impl LayerCache {
             LayerCache::FullKv(c) => c.nbytes(),
             LayerCache::RotatingKv(c) => c.nbytes(),
             LayerCache::Recurrent(c) => c.nbytes(),
+            LayerCache::Latent(c) => c.nbytes(),
         }
     }
 }

@@ -1,0 +1,93 @@
+//! The latent (MLA) cache and the lightning indexer of `hy_v4` across calls, against
+//! llama.cpp's logits on the fixture (indexer top-k 64, 312 positions): a sequence fed in
+//! pieces (single tokens and chunks that start mid-sequence, before and after the indexer
+//! starts to select) gives llama.cpp's logits at every position; a prefix no longer than the
+//! top-k, where every key is selected, does too; the cache holds one latent row and one
+//! indexer key per position, in the layers that own an indexer only.
+mod common;
+
+use gmlx_mlx::Array;
+use gmlx_models::cache::LayerCache;
+use gmlx_models::{load, LoadOptions, Logits};
+use serde_json::Value;
+
+const TOLERANCE: f32 = 1e-3;
+
+fn golden_logits() -> Vec<Vec<f32>> {
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hy_v4");
+    let golden: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("hy_v4-F16.json")).expect("golden"))
+            .expect("golden JSON");
+    common::rows(&golden["exact"]["logits"])
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn pieces_of_any_length_continue_the_latent_and_indexer_caches() {
+    let (path, sequence) = common::fixture("hy_v4", "F16");
+    let loaded = load(&path, &LoadOptions::default()).expect("load");
+    let model = &loaded.model;
+    let want = golden_logits();
+    let mut cache = model.new_cache();
+    let (mut at, mut worst) = (0, 0f32);
+    // 50 tokens select every key; the pieces after position 64 select 64 of them
+    for len in [50, 1, 20, 1, 1, 100, 7, 200] {
+        let piece = &sequence[at..(at + len).min(sequence.len())];
+        let tokens = Array::from_slice(piece, &[1, piece.len() as i32]);
+        let logits = model
+            .forward(&tokens, &mut cache, Logits::All)
+            .expect("forward");
+        logits.eval().expect("eval");
+        let vocab = logits.shape()[2] as usize;
+        for (i, row) in logits.as_slice::<f32>().chunks(vocab).enumerate() {
+            worst = worst.max(max_diff(row, &want[at + i]));
+        }
+        at += piece.len();
+    }
+    assert_eq!(at, sequence.len());
+    assert!(worst < TOLERANCE, "pieces differ from llama.cpp by {worst}");
+    let owners: Vec<bool> = cache
+        .layers()
+        .iter()
+        .map(|l| match l {
+            LayerCache::Latent(c) => {
+                assert_eq!(c.len(), at as i32);
+                c.nbytes() > latent_only(c)
+            }
+            other => panic!("hy_v4 layers keep latent caches, found {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        owners,
+        [true, false, true],
+        "indexer keys where indexer.types says"
+    );
+}
+
+/// Bytes a latent cache without indexer keys would hold at this length: 256-position chunks
+/// of one float32 row of kv rank 64 + rotary 16.
+fn latent_only(c: &gmlx_models::cache::Latent) -> usize {
+    let chunks = (c.len() as usize).div_ceil(256);
+    chunks * 256 * (64 + 16) * 4
+}
+
+#[test]
+fn a_prefix_within_the_indexer_top_k_attends_to_every_key() {
+    let (path, sequence) = common::fixture("hy_v4", "F16");
+    let loaded = load(&path, &LoadOptions::default()).expect("load");
+    let want = golden_logits();
+    let ours = common::all_logits(&loaded, &sequence[..48]);
+    let worst = ours
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| max_diff(a, b))
+        .fold(0.0, f32::max);
+    assert!(worst < TOLERANCE, "uncached prefix differs by {worst}");
+}
