@@ -35,8 +35,9 @@ pub struct TrainArgs {
     dropout: f32,
     /// Projections to adapt, comma-separated: attn_q, attn_k, attn_v, attn_output,
     /// ffn_gate, ffn_up, ffn_down (or q_proj, k_proj, ...), attn_qkv, attn_gate, ssm_out
-    /// (gated DeltaNet), ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp (shared expert)
-    /// [default: all; a model adapts those it has].
+    /// (gated DeltaNet), ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp (shared expert),
+    /// attn_q_a, attn_q_b, attn_kv_a_mqa (latent attention) [default: all; a model adapts
+    /// those it has].
     #[arg(long, value_delimiter = ',')]
     keys: Vec<String>,
     /// Adapt the top N blocks, or `all`.

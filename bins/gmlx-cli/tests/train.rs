@@ -501,7 +501,8 @@ fn an_interrupted_run_exits_130_and_leaves_nothing_behind() {
 }
 
 /// Every certified architecture's fixture trains (hybrids: gradients through the chunked scan;
-/// MoE: the routers' discrete choice left out of the tape), with and without validation data
+/// MoE: the routers' discrete choice left out of the tape; `hy_v4`: latent attention, the
+/// indexer's selection handed between blocks, residual streams), with and without validation data
 /// (every other architecture validates), and the adapter changes what `gmlx run` generates.
 #[test]
 fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
@@ -514,6 +515,7 @@ fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
         "llama",
         "qwen3",
         "gpt-oss",
+        "hy_v4",
     ];
     // the made-up-fact rows without their valid.jsonl
     let train_only = scratch("train-only");
@@ -615,5 +617,21 @@ fn shared_experts_and_fused_delta_net_projections_train_and_apply() {
     assert_ne!(adapted, base, "the adapter changed nothing");
     let scaled_to_zero = zorbania(&model, &["--adapter", &adapter, "--adapter-scale", "0"]);
     assert_eq!(scaled_to_zero, base);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Adapting only the top blocks of `hy_v4` trains: its blocks hand residual streams and the
+/// indexer's selection to the next, so the frozen blocks below run with the adapted ones
+/// rather than from cached hidden states.
+#[test]
+fn the_top_blocks_of_a_hyper_connected_indexer_model_train() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+    let model = format!("{fixtures}/hy_v4/hy_v4-Q8_0.gguf");
+    let dir = scratch("hy_v4-top");
+    let out_dir = format!("{}/adapters/", dir.display());
+    let t = train_briefly(&model, &data_dir(), &out_dir, &["--num-layers", "2"]);
+    assert!(t.status.success(), "{}", stderr(&t));
+    let file = gmlx_gguf::GgufFile::open(format!("{out_dir}adapter.gguf")).expect("adapter");
+    assert!(file.tensors().iter().all(|t| !t.name.starts_with("blk.0.")));
     let _ = std::fs::remove_dir_all(&dir);
 }

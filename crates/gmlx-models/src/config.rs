@@ -298,6 +298,17 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// Whether what enters a block is the hidden state alone: no residual streams
+    /// (hyper-connections) and no indexer selection one block hands to the next. Only then
+    /// can a pass start at a block from the hidden states an earlier pass left there.
+    pub fn blocks_pass_only_hidden_states(&self) -> bool {
+        let shares_selection = self.layers.iter().any(|l| {
+            matches!(&l.mixer, MixerSpec::Latent(spec)
+                if spec.indexer.as_ref().is_some_and(|ix| !ix.owns))
+        });
+        self.hyper.is_none() && !shares_selection
+    }
+
     /// Edits every attention layer (the architecture's options, by layer index).
     pub fn set_attention(&mut self, edit: impl Fn(usize, &mut AttentionSpec)) {
         for (l, layer) in self.layers.iter_mut().enumerate() {

@@ -19,6 +19,12 @@ pub const KEYS: &[(&str, &str)] = &[
     ("ffn_gate_shexp", "shared_expert.gate_proj"),
     ("ffn_up_shexp", "shared_expert.up_proj"),
     ("ffn_down_shexp", "shared_expert.down_proj"),
+    // multi-head latent attention (HY4): the low-rank q, the compressed kv with its rope part
+    // (`attn_gate` is the output gate, `attn_output` the output); the lightning indexer's
+    // projections are left out: its top-k choice passes no gradient to them
+    ("attn_q_a", "q_a_proj"),
+    ("attn_q_b", "q_b_proj"),
+    ("attn_kv_a_mqa", "kv_a_proj_with_mqa"),
 ];
 
 /// Where and how big the adapters are.

@@ -120,11 +120,14 @@ fn exception(e: gmlx_models::Error) -> Exception {
 }
 
 /// One block with the given LoRA parameters installed: inputs `[x, a0, b0, a1, b1, ...]`,
-/// output `[block(x)]`. Owns what it needs, so it can live inside MLX's graph.
+/// output `[block(x)]`, then the indexer selection the next blocks see when there is one
+/// (`selection` is the one the block was given). Owns what it needs, so it can live inside
+/// MLX's graph.
 fn block_fn(
     layer: DecoderLayer,
     index: usize,
     tokens: Array,
+    selection: Option<Array>,
     names: Vec<String>,
     scale: f32,
     dropout: Option<(f32, Vec<Array>)>,
@@ -144,10 +147,16 @@ fn block_fn(
                 });
             }
         }
+        let mut ctx = ForwardCtx::uncached(&tokens);
+        ctx.selection[0] = selection.clone();
         let y = layer
-            .forward(&inputs[0], index, &mut ForwardCtx::uncached(&tokens))
+            .forward(&inputs[0], index, &mut ctx)
             .map_err(exception)?;
-        Ok(vec![y])
+        // the selection is a discrete choice: no gradient flows through it
+        match ctx.selection[0].take() {
+            Some(s) => Ok(vec![y, gmlx_mlx::mlx_rs::stop_gradient(&s)?]),
+            None => Ok(vec![y]),
+        }
     }
 }
 
@@ -203,12 +212,24 @@ impl BlockRunner for AdaptedBlocks<'_> {
             inputs.push(self.params[2 * t + 1].clone());
         }
         let tokens = ctx.tokens.clone();
-        let mut f = block_fn(block.clone(), li, tokens, names, self.scale, dropout);
+        let selection = ctx.selection[0].clone();
+        let mut f = block_fn(
+            block.clone(),
+            li,
+            tokens,
+            selection,
+            names,
+            self.scale,
+            dropout,
+        );
         let mut out = if self.options.checkpoint {
             Checkpointed::new(f).and_then(|c| c.apply(&inputs))?
         } else {
             f(&inputs)?
         };
+        if out.len() > 1 {
+            ctx.selection[0] = out.pop();
+        }
         Ok(out.remove(0))
     }
 }

@@ -212,7 +212,10 @@ impl Prefixes {
             .iter()
             .map(|e| (e.ids.len() - 1) * hidden * 4)
             .sum();
-        if start == 0 || bytes > PREFIX_CACHE_BYTES {
+        if start == 0
+            || bytes > PREFIX_CACHE_BYTES
+            || !model.config().blocks_pass_only_hidden_states()
+        {
             return Ok(Prefixes {
                 start: 0,
                 rows: Vec::new(),

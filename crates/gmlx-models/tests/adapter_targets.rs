@@ -1,0 +1,139 @@
+//! Every projection of the `hy_v4` fixture is an adapter target by its GGUF name. An adapter
+//! on the projections llama.cpp's graph adapts (`attn_output`, the dense FFN, the shared
+//! experts; tests/goldens/hy_v4_lora.gguf, made with its llama.cpp golden by
+//! tests/goldens/make_hy_v4_adapter_golden.py) gives llama.cpp's logits; an adapter on any
+//! single projection, including the latent ones llama.cpp multiplies without adapters
+//! (`attn_q_a`, `attn_q_b`, `attn_kv_a_mqa`, `attn_gate`, the indexer's), changes gmlx's.
+mod common;
+
+use common::{all_logits, greedy, ids, max_diff_at_recorded_ids};
+use gmlx_models::adapter::{self, Adapter, LoraPair};
+use gmlx_models::{load, LoadOptions};
+use serde_json::Value;
+
+fn goldens() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens")
+}
+
+#[test]
+fn an_adapter_on_hy_v4_gives_llama_cpps_logits_with_the_same_file() {
+    let golden: Value =
+        serde_json::from_str(include_str!("goldens/hy_v4_lora.json")).expect("json");
+    let (path, _) = common::fixture("hy_v4", "F16");
+    let mut loaded = load(&path, &LoadOptions::default()).expect("load");
+    let lora = Adapter::read(goldens().join("hy_v4_lora.gguf")).expect("adapter");
+    assert_eq!(
+        lora.pairs.len(),
+        golden["targets"].as_array().expect("targets").len()
+    );
+    adapter::apply(&mut loaded.model, &lora, 1.0).expect("apply");
+
+    let sequence = ids(&golden["sequence"]);
+    let worst = max_diff_at_recorded_ids(&all_logits(&loaded, &sequence), &golden);
+    eprintln!(
+        "max |gmlx + adapter - llama.cpp + adapter| over {} positions: {worst:.2e}",
+        sequence.len()
+    );
+    assert!(worst < 1e-3, "max logit difference {worst}");
+
+    let prompt = ids(&golden["prompt_ids"]);
+    let want = ids(&golden["greedy"]);
+    assert_eq!(greedy(&loaded, &prompt, want.len(), true), want);
+}
+
+/// A rank-2 pair for `target` with deterministic values of about unit gain.
+fn pair(target: &str, output: usize, input: usize, seed: u32) -> LoraPair {
+    let value = |i: usize, scale: f32| {
+        let h = (i as u32 ^ seed.wrapping_mul(0x9e37_79b9)).wrapping_mul(0x85eb_ca6b);
+        ((h >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 2.0 * scale
+    };
+    let rank = 2;
+    LoraPair {
+        target: target.to_owned(),
+        rank,
+        input,
+        output,
+        a: (0..rank * input)
+            .map(|i| value(i, 3.0 / (input as f32).sqrt()))
+            .collect(),
+        b: (0..output * rank).map(|i| value(i + 7919, 3.0)).collect(),
+    }
+}
+
+#[test]
+fn an_adapter_on_any_hy_v4_projection_changes_the_logits() {
+    let (path, sequence) = common::fixture("hy_v4", "F16");
+    // past the indexer's top-k of 64, so a changed key choice shows
+    let sequence = &sequence[..100];
+    let mut loaded = load(&path, &LoadOptions::default()).expect("load");
+    let base = all_logits(&loaded, sequence);
+
+    let mut targets: Vec<(String, usize, usize)> = Vec::new();
+    for layer in loaded.model.layers() {
+        for linear in layer.linears() {
+            let (rows, cols) = linear.weight.shape();
+            targets.push((linear.name().to_owned(), rows as usize, cols as usize));
+        }
+    }
+    let names: Vec<&str> = targets.iter().map(|(n, _, _)| n.as_str()).collect();
+    for block in 0..3 {
+        for p in [
+            "attn_q_a",
+            "attn_q_b",
+            "attn_kv_a_mqa",
+            "attn_gate",
+            "attn_output",
+        ] {
+            let name = format!("blk.{block}.{p}.weight");
+            assert!(
+                names.contains(&name.as_str()),
+                "{name} is not an adapter target"
+            );
+        }
+    }
+    for block in [0, 2] {
+        for p in ["indexer.attn_q_b", "indexer.attn_k", "indexer.proj"] {
+            let name = format!("blk.{block}.{p}.weight");
+            assert!(
+                names.contains(&name.as_str()),
+                "{name} is not an adapter target"
+            );
+        }
+    }
+    for name in [
+        "blk.0.ffn_gate.weight",
+        "blk.0.ffn_up.weight",
+        "blk.0.ffn_down.weight",
+        "blk.1.ffn_gate_shexp.weight",
+        "blk.2.ffn_down_shexp.weight",
+    ] {
+        assert!(names.contains(&name), "{name} is not an adapter target");
+    }
+
+    for (seed, (name, rows, cols)) in targets.iter().enumerate() {
+        let lora = Adapter {
+            arch: "hy_v4".to_owned(),
+            alpha: 2.0,
+            pairs: vec![pair(name, *rows, *cols, seed as u32 + 1)],
+        };
+        adapter::apply(&mut loaded.model, &lora, 1.0).expect("apply");
+        let adapted = all_logits(&loaded, sequence);
+        let moved = base
+            .iter()
+            .flatten()
+            .zip(adapted.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        eprintln!("{name}: logits move by up to {moved:.3}");
+        assert!(
+            moved > 0.05,
+            "an adapter on {name} moved the logits by only {moved}"
+        );
+    }
+    adapter::remove(&mut loaded.model);
+    assert_eq!(
+        all_logits(&loaded, sequence),
+        base,
+        "removing the adapter restores the base"
+    );
+}
