@@ -1,9 +1,10 @@
-//! Every projection of the `hy_v4` fixture is an adapter target by its GGUF name. An adapter
-//! on the projections llama.cpp's graph adapts (`attn_output`, the dense FFN, the shared
-//! experts; tests/goldens/hy_v4_lora.gguf, made with its llama.cpp golden by
-//! tests/goldens/make_hy_v4_adapter_golden.py) gives llama.cpp's logits; an adapter on any
-//! single projection, including the latent ones llama.cpp multiplies without adapters
-//! (`attn_q_a`, `attn_q_b`, `attn_kv_a_mqa`, `attn_gate`, the indexer's), changes gmlx's.
+//! Adapters on the certified fixtures against llama.cpp, and every projection of `hy_v4` as
+//! an adapter target by its GGUF name. For each fixture, an adapter on every projection that
+//! gmlx and llama.cpp's graph both adapt (tests/goldens/<arch>-lora.gguf, made with its
+//! llama.cpp golden by tests/goldens/make_fixture_adapter_golden.py) gives llama.cpp's logits;
+//! on `hy_v4`, an adapter on any single projection, including the latent ones llama.cpp
+//! multiplies without adapters (`attn_q_a`, `attn_q_b`, `attn_kv_a_mqa`, `attn_gate`, the
+//! indexer's), changes gmlx's.
 mod common;
 
 use common::{all_logits, greedy, ids, max_diff_at_recorded_ids};
@@ -11,34 +12,50 @@ use gmlx_models::adapter::{self, Adapter, LoraPair};
 use gmlx_models::{load, LoadOptions};
 use serde_json::Value;
 
+const ARCHS: [&str; 8] = [
+    "llama",
+    "qwen3",
+    "qwen3moe",
+    "gpt-oss",
+    "qwen35",
+    "qwen35moe",
+    "qwen3next",
+    "hy_v4",
+];
+
 fn goldens() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens")
 }
 
 #[test]
-fn an_adapter_on_hy_v4_gives_llama_cpps_logits_with_the_same_file() {
-    let golden: Value =
-        serde_json::from_str(include_str!("goldens/hy_v4_lora.json")).expect("json");
-    let (path, _) = common::fixture("hy_v4", "F16");
-    let mut loaded = load(&path, &LoadOptions::default()).expect("load");
-    let lora = Adapter::read(goldens().join("hy_v4_lora.gguf")).expect("adapter");
-    assert_eq!(
-        lora.pairs.len(),
-        golden["targets"].as_array().expect("targets").len()
-    );
-    adapter::apply(&mut loaded.model, &lora, 1.0).expect("apply");
+fn adapters_on_every_fixture_give_llama_cpps_logits_with_the_same_file() {
+    for arch in ARCHS {
+        let golden: Value = serde_json::from_str(
+            &std::fs::read_to_string(goldens().join(format!("{arch}-lora.json"))).expect("json"),
+        )
+        .expect("golden JSON");
+        let (path, _) = common::fixture(arch, "F16");
+        let mut loaded = load(&path, &LoadOptions::default()).expect("load");
+        let lora = Adapter::read(goldens().join(format!("{arch}-lora.gguf"))).expect("adapter");
+        let targets = golden["targets"].as_array().expect("targets");
+        assert_eq!(lora.pairs.len(), targets.len(), "{arch}");
+        assert!(!targets.is_empty(), "{arch}: no target");
+        adapter::apply(&mut loaded.model, &lora, 1.0).expect("apply");
 
-    let sequence = ids(&golden["sequence"]);
-    let worst = max_diff_at_recorded_ids(&all_logits(&loaded, &sequence), &golden);
-    eprintln!(
-        "max |gmlx + adapter - llama.cpp + adapter| over {} positions: {worst:.2e}",
-        sequence.len()
-    );
-    assert!(worst < 1e-3, "max logit difference {worst}");
+        let sequence = ids(&golden["sequence"]);
+        let worst = max_diff_at_recorded_ids(&all_logits(&loaded, &sequence), &golden);
+        eprintln!(
+            "{arch}: {} targets, max |gmlx + adapter - llama.cpp + adapter| over {} positions: \
+             {worst:.2e}",
+            targets.len(),
+            sequence.len()
+        );
+        assert!(worst < 1e-3, "{arch}: max logit difference {worst}");
 
-    let prompt = ids(&golden["prompt_ids"]);
-    let want = ids(&golden["greedy"]);
-    assert_eq!(greedy(&loaded, &prompt, want.len(), true), want);
+        let prompt = ids(&golden["prompt_ids"]);
+        let want = ids(&golden["greedy"]);
+        assert_eq!(greedy(&loaded, &prompt, want.len(), false), want, "{arch}");
+    }
 }
 
 /// A rank-2 pair for `target` with deterministic values of about unit gain.
