@@ -16,6 +16,7 @@ fn streamed_experts_give_the_resident_logits() {
         ("qwen3moe", "Q4_K_M"),
         ("gpt-oss", "MXFP4_MOE"),
         ("qwen35moe", "Q8_0"),
+        ("hy_v4", "Q4_K_M"),
     ] {
         let (path, sequence) = fixture(arch, codec);
         let prompt = &sequence[..12];
