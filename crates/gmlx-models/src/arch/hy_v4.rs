@@ -7,11 +7,12 @@
 use gmlx_gguf::names::{Kv, Tensor};
 use gmlx_gguf::{GgufFile, Value};
 
+use super::bad;
 use crate::config::{
     self, ExpertActivation, FfnSpec, Gating, HyperSpec, IndexerSpec, LatentSpec, MixerSpec,
     ModelConfig, SharedExpertSpec,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// llama.cpp's `llama_expert_gating_func_type`.
 const GATING_SOFTMAX: u32 = 1;
@@ -176,15 +177,5 @@ fn clamps(file: &GgufFile, n_layers: usize) -> Result<Vec<f32>> {
             Ok(values[..n_layers].to_vec())
         }
         Some(_) => Ok(vec![file.get_f32(&Kv::SwigluClampExp)?; n_layers]),
-    }
-}
-
-fn bad(file: &GgufFile, key: Kv, reason: String) -> Error {
-    Error::BadConfig {
-        key: file
-            .metadata()
-            .resolve(&key)
-            .unwrap_or_else(|_| key.template().to_owned()),
-        reason,
     }
 }

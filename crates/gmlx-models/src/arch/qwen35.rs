@@ -7,8 +7,9 @@
 use gmlx_gguf::names::{Kv, Tensor};
 use gmlx_gguf::GgufFile;
 
+use super::bad;
 use crate::config::{self, DeltaNetSpec, HeadMap, MixerSpec, ModelConfig};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
     let mut c = hybrid(file, HeadMap::Tiled)?;
@@ -43,16 +44,6 @@ pub(crate) fn hybrid(file: &GgufFile, head_map: HeadMap) -> Result<ModelConfig> 
         a.output_gate = true;
     });
     Ok(c)
-}
-
-fn bad(file: &GgufFile, key: Kv, reason: String) -> Error {
-    Error::BadConfig {
-        key: file
-            .metadata()
-            .resolve(&key)
-            .unwrap_or_else(|_| key.template().to_owned()),
-        reason,
-    }
 }
 
 /// Which blocks are recurrent: `attention.recurrent_layers` when present, else all but every
