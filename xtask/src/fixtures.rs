@@ -17,7 +17,7 @@ use crate::{run_command, setup};
 pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!("usage: cargo xtask fixtures [ARCH...]   (default: every architecture)");
-        println!("architectures: see ARCHES in tools/fixtures/build_model.py");
+        println!("architectures: see ARCHES in tools/fixtures/build_model.py and WRITERS in tools/fixtures/write_gguf.py");
         return Ok(());
     }
     let root = setup::workspace_root();

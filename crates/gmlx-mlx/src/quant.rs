@@ -526,6 +526,47 @@ impl QuantWeight {
         }
     }
 
+    /// A matrix `[groups · rows, cols]` seen as a stack of `groups` matrices `[rows, cols]`
+    /// (row block `g` is matrix `g`), for block-diagonal products through
+    /// [`QuantWeight::gather_matmul`]. Nothing is copied.
+    pub fn into_groups(self, groups: i32) -> Result<QuantWeight> {
+        if self.experts.is_some() || groups <= 0 || self.rows % groups != 0 {
+            return Err(Error::TensorRank {
+                tensor: self.name,
+                dims: if self.experts.is_some() { 3 } else { 2 },
+            });
+        }
+        let rows = self.rows / groups;
+        let split = |a: &Array| -> Result<Array> {
+            let last = a.shape()[a.ndim() - 1];
+            Ok(a.reshape(&[groups, rows, last])?)
+        };
+        let data = match &self.data {
+            Data::Packed {
+                w,
+                scales,
+                biases,
+                group_size,
+                bits,
+                mode,
+            } => Data::Packed {
+                w: split(w)?,
+                scales: split(scales)?,
+                biases: biases.as_ref().map(split).transpose()?,
+                group_size: *group_size,
+                bits: *bits,
+                mode: *mode,
+            },
+            Data::Dense(a) => Data::Dense(split(a)?),
+        };
+        Ok(QuantWeight {
+            data,
+            rows,
+            experts: Some(groups),
+            ..self
+        })
+    }
+
     /// A dense weight from an array `[rows, cols]` (or `[cols]`).
     pub fn dense(name: impl Into<String>, data: Array) -> QuantWeight {
         let shape = data.shape().to_vec();

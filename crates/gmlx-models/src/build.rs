@@ -3,9 +3,10 @@
 
 use gmlx_gguf::names::Tensor;
 use gmlx_gguf::GgufFile;
-use gmlx_mlx::Dtype;
+use gmlx_mlx::{Array, Dtype};
 
 use crate::blocks::attention::Attention;
+use crate::blocks::compressed::{hadamard, BlockIndexer, CompressedAttention, Compressor};
 use crate::blocks::decoder::{BlockHyper, Decoder, DecoderLayer, Ffn};
 use crate::blocks::delta_net::{DeltaGates, DeltaInput, GatedDeltaNet};
 use crate::blocks::hyper::{HyperConnection, HyperHead};
@@ -16,8 +17,8 @@ use crate::blocks::mlp::SwiGlu;
 use crate::blocks::moe::{ExpertPlacement, Experts, MoeFfn, Router, SharedExpert};
 use crate::blocks::rope::Rope;
 use crate::config::{
-    AttentionSpec, DeltaNetSpec, FfnSpec, HyperSpec, LatentSpec, LayerSpec, MixerSpec, ModelConfig,
-    MoeConfig,
+    AttentionSpec, CompressedSpec, DeltaNetSpec, FfnSpec, HyperSpec, LatentSpec, LayerSpec,
+    MixerSpec, ModelConfig, MoeConfig, RopeConfig,
 };
 use crate::error::{Error, Result};
 use crate::load::LoadOptions;
@@ -85,13 +86,20 @@ fn hyper_connection(
     names: [Tensor; 3],
 ) -> Result<HyperConnection> {
     let (n, flat) = (h.streams as u64, (h.streams * c.hidden) as u64);
+    // pre and post weights per stream, then (mHC) the stream-to-stream mixing matrix
+    let (rows, scales) = match h.sinkhorn {
+        Some(_) => ((2 + n) * n, 3),
+        None => (2 * n, 2),
+    };
     Ok(HyperConnection {
-        mix: w.array_f32(&names[0].weight(l), &[flat, 2 * n])?,
-        base: w.array_f32(&names[1].weight(l), &[2 * n])?,
-        scale: w.array_f32(&names[2].weight(l), &[2])?,
+        mix: w.array_f32(&names[0].weight(l), &[flat, rows])?,
+        base: w.array_f32(&names[1].weight(l), &[rows])?,
+        scale: w.array_f32(&names[2].weight(l), &[scales])?,
         streams: h.streams,
         eps: h.eps,
         magnitude: h.magnitude,
+        post_eps: h.post_eps,
+        sinkhorn: h.sinkhorn,
         norm_eps: c.rms_eps,
     })
 }
@@ -101,6 +109,7 @@ fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result
         MixerSpec::Attention(a) => Mixer::Attention(attention(w, c, l, a)?),
         MixerSpec::GatedDeltaNet(d) => Mixer::GatedDeltaNet(delta_net(w, c, l, d)?),
         MixerSpec::Latent(a) => Mixer::Latent(Box::new(latent(w, c, l, a)?)),
+        MixerSpec::Compressed(a) => Mixer::Compressed(Box::new(compressed(w, c, l, a)?)),
     };
     let hyper = c
         .hyper
@@ -252,6 +261,102 @@ fn latent(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &LatentSpec) -> Result<
     })
 }
 
+fn compressed(
+    w: &Weights<'_>,
+    c: &ModelConfig,
+    l: usize,
+    a: &CompressedSpec,
+) -> Result<CompressedAttention> {
+    let h = c.hidden;
+    let (heads, hd) = (a.n_heads, a.head_dim);
+    let compressor = |names: [Tensor; 4], dim: i32, hadamard: Option<Array>| -> Result<_> {
+        let overlap = a.ratio == 4;
+        let width = if overlap { 2 * dim } else { dim };
+        Ok(Compressor {
+            kv: linear(w, names[0], l, width, h, false)?,
+            gate: linear(w, names[1], l, width, h, false)?,
+            ape: w.array_f32(&names[2].weight(l), &[width as u64, a.ratio as u64])?,
+            norm: w.rms_norm(&names[3].weight(l), dim, c.rms_eps)?,
+            ratio: a.ratio,
+            overlap,
+            dim,
+            rope_dim: a.rope_dim,
+            rope: Rope::new(&RopeConfig {
+                position_scale: a.rope.position_scale * a.ratio as f32,
+                ..a.rope.clone()
+            }),
+            hadamard,
+        })
+    };
+    let attn_compressor = [
+        Tensor::AttnCompressorKv,
+        Tensor::AttnCompressorGate,
+        Tensor::AttnCompressorApe,
+        Tensor::AttnCompressorNorm,
+    ];
+    let indexer_compressor = [
+        Tensor::IndexerCompressorKv,
+        Tensor::IndexerCompressorGate,
+        Tensor::IndexerCompressorApe,
+        Tensor::IndexerCompressorNorm,
+    ];
+    let indexer = match a.indexer {
+        Some(i) => {
+            let rotation = hadamard(i.head_dim).as_dtype(w.dtype())?;
+            Some(BlockIndexer {
+                attn_q_b: linear(
+                    w,
+                    Tensor::IndexerAttnQB,
+                    l,
+                    i.heads * i.head_dim,
+                    a.q_rank,
+                    false,
+                )?,
+                proj: linear(w, Tensor::IndexerProj, l, i.heads, h, false)?,
+                compressor: compressor(indexer_compressor, i.head_dim, Some(rotation.clone()))?,
+                heads: i.heads,
+                head_dim: i.head_dim,
+                top_k: i.top_k,
+                hadamard: rotation,
+            })
+        }
+        None => None,
+    };
+    Ok(CompressedAttention {
+        attn_q_a: linear(w, Tensor::AttnQA, l, a.q_rank, h, false)?,
+        attn_q_a_norm: w.rms_norm(&Tensor::AttnQANorm.weight(l), a.q_rank, c.rms_eps)?,
+        attn_q_b: linear(w, Tensor::AttnQB, l, heads * hd, a.q_rank, false)?,
+        attn_kv: linear(w, Tensor::AttnKv, l, hd, h, false)?,
+        attn_kv_norm: w.rms_norm(&Tensor::AttnKvANorm.weight(l), hd, c.rms_eps)?,
+        attn_output_a: w.grouped_matrix(
+            &Tensor::AttnOutputA.weight(l),
+            a.out_groups,
+            a.out_rank,
+            heads * hd / a.out_groups,
+        )?,
+        attn_output_b: linear(
+            w,
+            Tensor::AttnOutputB,
+            l,
+            h,
+            a.out_groups * a.out_rank,
+            false,
+        )?,
+        sinks: w.array_f32(&Tensor::AttnSinks.weight(l), &[heads as u64])?,
+        compressor: (a.ratio > 0)
+            .then(|| compressor(attn_compressor, hd, None))
+            .transpose()?,
+        indexer,
+        n_heads: heads,
+        head_dim: hd,
+        rope_dim: a.rope_dim,
+        window: a.window,
+        out_groups: a.out_groups,
+        eps: c.rms_eps,
+        rope: Rope::new(&a.rope),
+    })
+}
+
 fn delta_net(
     w: &Weights<'_>,
     c: &ModelConfig,
@@ -336,6 +441,15 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
             top_k: m.experts_used,
             normalize: m.normalize,
             scale: m.weights_scale,
+            hash: m
+                .hash_routing
+                .then(|| -> Result<_> {
+                    let k = m.experts_used as u64;
+                    let table =
+                        w.array_f32(&Tensor::FfnGateTid2eid.weight(l), &[k, c.vocab as u64])?;
+                    Ok(table.as_dtype(Dtype::Uint32)?)
+                })
+                .transpose()?,
         },
         experts: Experts {
             store: w.expert_store(
@@ -366,6 +480,7 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
                         .gated
                         .then(|| w.vector(&Tensor::FfnGateInpShexp.weight(l), h))
                         .transpose()?,
+                    clamp: s.clamp,
                 })
             })
             .transpose()?,

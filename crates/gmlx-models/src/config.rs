@@ -59,16 +59,21 @@ pub struct MoeConfig {
     /// `exp_probs_b` is added to the scores to select experts, not to weigh them (DeepSeek-V3
     /// style routers).
     pub selection_bias: bool,
+    /// Experts come from the token id (`ffn_gate_tid2eid`), not the scores (DeepSeek-V4's
+    /// first layers); the scores still weigh them.
+    pub hash_routing: bool,
     /// An always-on SwiGLU expert of this hidden size (`ffn_*_shexp`), beside the routed ones.
     pub shared_expert: Option<SharedExpertSpec>,
 }
 
 /// The shared expert of an MoE block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SharedExpertSpec {
     pub ffn: i32,
     /// Its output is scaled by `sigmoid(x · ffn_gate_inp_shexp)` (Qwen2-MoE, Qwen3-Next).
     pub gated: bool,
+    /// Its SwiGLU clamped at this limit (DeepSeek-V4).
+    pub clamp: Option<f32>,
 }
 
 /// What mixes information across positions in one block.
@@ -81,6 +86,32 @@ pub enum MixerSpec {
     /// Multi-head latent attention (HY4): low-rank queries, one compressed key-value row per
     /// position with a decoupled rotary part.
     Latent(LatentSpec),
+    /// DeepSeek-V4's attention: one key row per position (keys are values) over a sliding
+    /// window, plus, on compressed layers, one pooled row per block of `ratio` positions.
+    Compressed(CompressedSpec),
+}
+
+/// One DeepSeek-V4 attention layer's shape and options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompressedSpec {
+    pub n_heads: i32,
+    pub head_dim: i32,
+    /// Trailing dimensions of each head that rotate.
+    pub rope_dim: i32,
+    pub q_rank: i32,
+    /// The raw rows a query sees: the last `window` positions, itself included.
+    pub window: i32,
+    /// The output projection: `out_groups` groups of heads, each to `out_rank` features.
+    pub out_groups: i32,
+    pub out_rank: i32,
+    /// Positions per compressed row: 0 (none), 4 (overlapped blocks, chosen by the lightning
+    /// indexer) or 128 (pooled blocks, all visible).
+    pub ratio: i32,
+    /// The rotation of this layer's queries, keys and compressed rows (on compressed layers
+    /// the second rope base, with the file's YaRN).
+    pub rope: RopeConfig,
+    /// On ratio-4 layers: the indexer choosing the compressed rows each query sees.
+    pub indexer: Option<IndexerSpec>,
 }
 
 /// One latent attention layer's shape and options.
@@ -123,6 +154,11 @@ pub struct HyperSpec {
     pub eps: f32,
     /// Scale of the write-back weights.
     pub magnitude: f32,
+    /// Added to the write-back weights (HY4: `eps`; DeepSeek-V4: 0).
+    pub post_eps: f32,
+    /// mHC: the streams also mix through a Sinkhorn-normalised matrix, with this many
+    /// iterations (DeepSeek-V4); `None` adds the output back to each stream only (HY4's iHC).
+    pub sinkhorn: Option<i32>,
 }
 
 /// Which key head a value head of a gated DeltaNet reads, when there are more value heads.
@@ -206,6 +242,11 @@ impl LayerSpec {
             MixerSpec::Latent(a) => CacheKind::Latent {
                 indexer: a.indexer.is_some_and(|i| i.owns),
             },
+            MixerSpec::Compressed(a) => CacheKind::Compressed {
+                window: a.window,
+                ratio: a.ratio,
+                indexer: a.indexer.is_some(),
+            },
         }
     }
 }
@@ -259,6 +300,18 @@ impl fmt::Display for LayerSpec {
                 if let Some(i) = a.indexer {
                     let role = if i.owns { "indexer" } else { "shared indexer" };
                     write!(f, ", {role} top {}", i.top_k)?;
+                }
+            }
+            MixerSpec::Compressed(a) => {
+                write!(
+                    f,
+                    "window attention {}q x {} (rope {}, q rank {}, window {}, out {}x{})",
+                    a.n_heads, a.head_dim, a.rope_dim, a.q_rank, a.window, a.out_groups, a.out_rank
+                )?;
+                match (a.ratio, a.indexer) {
+                    (0, _) => {}
+                    (r, Some(i)) => write!(f, ", compressed 1:{r}, indexer top {}", i.top_k)?,
+                    (r, None) => write!(f, ", compressed 1:{r}")?,
                 }
             }
         }
@@ -510,6 +563,7 @@ pub fn synth_moe(file: &GgufFile) -> Result<MoeConfig> {
         activation: ExpertActivation::SwiGlu,
         biases: false,
         selection_bias: false,
+        hash_routing: false,
         shared_expert: None,
     })
 }
@@ -523,7 +577,11 @@ pub fn synth_moe_with_gated_shared_expert(file: &GgufFile) -> Result<MoeConfig> 
         Kv::ExpertSharedFeedForwardLength,
         file.get_u32(&Kv::ExpertSharedFeedForwardLength)?,
     )?;
-    moe.shared_expert = Some(SharedExpertSpec { ffn, gated: true });
+    moe.shared_expert = Some(SharedExpertSpec {
+        ffn,
+        gated: true,
+        clamp: None,
+    });
     Ok(moe)
 }
 
@@ -620,7 +678,7 @@ mod tests {
             .iter()
             .map(|l| match &l.mixer {
                 MixerSpec::Attention(a) => a.n_kv_heads,
-                MixerSpec::GatedDeltaNet(_) | MixerSpec::Latent(_) => 0,
+                MixerSpec::GatedDeltaNet(_) | MixerSpec::Latent(_) | MixerSpec::Compressed(_) => 0,
             })
             .collect()
     }

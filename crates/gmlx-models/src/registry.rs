@@ -55,6 +55,11 @@ pub static ARCHES: &[ArchSpec] = &[
         build: build::model,
     },
     ArchSpec {
+        name: "deepseek4",
+        synth: arch::deepseek4::synth,
+        build: build::model,
+    },
+    ArchSpec {
         name: "hy_v4",
         synth: arch::hy_v4::synth,
         build: build::model,

@@ -134,6 +134,23 @@ impl<'f> Weights<'f> {
         }
     }
 
+    /// A matrix of `groups` row blocks `[rows, cols]` (GGUF dims `[cols, groups · rows]`), as a
+    /// stack of `groups` matrices for block-diagonal products.
+    pub fn grouped_matrix(
+        &self,
+        name: &str,
+        groups: i32,
+        rows: i32,
+        cols: i32,
+    ) -> Result<QuantWeight> {
+        match self.checked(name, &[cols as u64, (groups * rows) as u64])? {
+            Some(info) => {
+                Ok(QuantWeight::from_gguf(self.file, info, self.dtype)?.into_groups(groups)?)
+            }
+            None => Ok(Self::placeholder(name)),
+        }
+    }
+
     /// A stack of `experts` matrices `[rows, cols]` (GGUF dims `[cols, rows, experts]`).
     pub fn experts(&self, name: &str, experts: i32, rows: i32, cols: i32) -> Result<QuantWeight> {
         match self.checked(name, &[cols as u64, rows as u64, experts as u64])? {

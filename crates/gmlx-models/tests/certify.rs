@@ -151,4 +151,9 @@ certify! {
     hy_v4_q8_0 => "hy_v4/hy_v4-Q8_0",
     hy_v4_q4_k_m => "hy_v4/hy_v4-Q4_K_M",
     hy_v4_q6_k => "hy_v4/hy_v4-Q6_K",
+    deepseek4_f16 => "deepseek4/deepseek4-F16",
+    deepseek4_q8_0 => "deepseek4/deepseek4-Q8_0",
+    deepseek4_q4_k_m => "deepseek4/deepseek4-Q4_K_M",
+    deepseek4_q6_k => "deepseek4/deepseek4-Q6_K",
+    deepseek4_mxfp4 => "deepseek4/deepseek4-MXFP4_MOE",
 }

@@ -6,9 +6,8 @@
 //! indexer key per position, in the layers that own an indexer only.
 mod common;
 
-use gmlx_mlx::Array;
 use gmlx_models::cache::LayerCache;
-use gmlx_models::{load, LoadOptions, Logits};
+use gmlx_models::{load, LoadOptions};
 use serde_json::Value;
 
 const TOLERANCE: f32 = 1e-3;
@@ -35,22 +34,9 @@ fn pieces_of_any_length_continue_the_latent_and_indexer_caches() {
     let loaded = load(&path, &LoadOptions::default()).expect("load");
     let model = &loaded.model;
     let want = golden_logits();
-    let mut cache = model.new_cache();
-    let (mut at, mut worst) = (0, 0f32);
     // 50 tokens select every key; the pieces after position 64 select 64 of them
-    for len in [50, 1, 20, 1, 1, 100, 7, 200] {
-        let piece = &sequence[at..(at + len).min(sequence.len())];
-        let tokens = Array::from_slice(piece, &[1, piece.len() as i32]);
-        let logits = model
-            .forward(&tokens, &mut cache, Logits::All)
-            .expect("forward");
-        logits.eval().expect("eval");
-        let vocab = logits.shape()[2] as usize;
-        for (i, row) in logits.as_slice::<f32>().chunks(vocab).enumerate() {
-            worst = worst.max(max_diff(row, &want[at + i]));
-        }
-        at += piece.len();
-    }
+    let (cache, at, worst) =
+        common::feed_pieces(model, &sequence, &[50, 1, 20, 1, 1, 100, 7, 200], &want);
     assert_eq!(at, sequence.len());
     assert!(worst < TOLERANCE, "pieces differ from llama.cpp by {worst}");
     let owners: Vec<bool> = cache

@@ -7,7 +7,7 @@
 use gmlx_gguf::names::{Kv, Tensor};
 use gmlx_gguf::{GgufFile, Value};
 
-use super::bad;
+use super::{bad, per_layer_f32};
 use crate::config::{
     self, ExpertActivation, FfnSpec, Gating, HyperSpec, IndexerSpec, LatentSpec, MixerSpec,
     ModelConfig, SharedExpertSpec,
@@ -68,6 +68,8 @@ pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
         streams: count(Kv::HyperConnectionCount)?,
         eps: file.get_f32(&Kv::HyperConnectionEpsilon)?,
         magnitude: file.get_f32(&Kv::HyperConnectionMagnitude)?,
+        post_eps: file.get_f32(&Kv::HyperConnectionEpsilon)?,
+        sinkhorn: None,
     });
 
     let dense_lead = meta.opt_u32(&Kv::LeadingDenseBlockCount)?.unwrap_or(0) as usize;
@@ -88,8 +90,10 @@ pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
     moe.shared_expert = (shared > 0).then_some(SharedExpertSpec {
         ffn: moe.expert_ffn * shared,
         gated: false,
+        clamp: None,
     });
-    let clamps = clamps(file, c.n_layers)?;
+    let clamps =
+        per_layer_f32(file, Kv::SwigluClampExp, c.n_layers)?.unwrap_or(vec![0.0; c.n_layers]);
     for (l, layer) in c.layers.iter_mut().enumerate() {
         if l < dense_lead {
             continue;
@@ -158,24 +162,4 @@ fn indexer(
         },
         owns,
     )))
-}
-
-/// The routed experts' SwiGLU clamp per layer (0: off): one value or one per block.
-fn clamps(file: &GgufFile, n_layers: usize) -> Result<Vec<f32>> {
-    let meta = file.metadata();
-    match meta.value(&Kv::SwigluClampExp)? {
-        None => Ok(vec![0.0; n_layers]),
-        Some(Value::Array(_)) => {
-            let values = meta.get_f32_array(&Kv::SwigluClampExp)?;
-            if values.len() < n_layers {
-                return Err(bad(
-                    file,
-                    Kv::SwigluClampExp,
-                    format!("{} values for {n_layers} blocks", values.len()),
-                ));
-            }
-            Ok(values[..n_layers].to_vec())
-        }
-        Some(_) => Ok(vec![file.get_f32(&Kv::SwigluClampExp)?; n_layers]),
-    }
 }

@@ -1,4 +1,5 @@
 //! One file per `general.architecture`: its tensor table, its config synthesis, its build.
+pub mod deepseek4;
 pub mod gpt_oss;
 pub mod hy_v4;
 pub mod llama;
@@ -9,9 +10,9 @@ pub mod qwen3moe;
 pub mod qwen3next;
 
 use gmlx_gguf::names::Kv;
-use gmlx_gguf::GgufFile;
+use gmlx_gguf::{GgufFile, Value};
 
-use crate::error::Error;
+use crate::error::{Error, Result};
 
 /// A config key whose value the architecture cannot use, named as the file spells it.
 fn bad(file: &GgufFile, key: Kv, reason: String) -> Error {
@@ -21,5 +22,26 @@ fn bad(file: &GgufFile, key: Kv, reason: String) -> Error {
             .resolve(&key)
             .unwrap_or_else(|_| key.template().to_owned()),
         reason,
+    }
+}
+
+/// A float per block, given once for all of them or as an array (at least one per block);
+/// `None` when the file has no such key.
+fn per_layer_f32(file: &GgufFile, key: Kv, n_layers: usize) -> Result<Option<Vec<f32>>> {
+    let meta = file.metadata();
+    match meta.value(&key)? {
+        None => Ok(None),
+        Some(Value::Array(_)) => {
+            let values = meta.get_f32_array(&key)?;
+            if values.len() < n_layers {
+                return Err(bad(
+                    file,
+                    key,
+                    format!("{} values for {n_layers} blocks", values.len()),
+                ));
+            }
+            Ok(Some(values[..n_layers].to_vec()))
+        }
+        Some(_) => Ok(Some(vec![file.get_f32(&key)?; n_layers])),
     }
 }

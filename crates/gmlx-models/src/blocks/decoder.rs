@@ -23,11 +23,18 @@ pub enum Ffn {
 }
 
 impl Ffn {
-    /// `x [batch, tokens, hidden]` of layer `layer`, rows starting at `positions`.
-    pub fn forward(&self, x: &Array, layer: usize, positions: &[i32]) -> Result<Array> {
+    /// `x [batch, tokens, hidden]` of layer `layer`, rows starting at `positions`, their token
+    /// ids `tokens [batch, tokens]` (hash-routed experts read them).
+    pub fn forward(
+        &self,
+        x: &Array,
+        layer: usize,
+        positions: &[i32],
+        tokens: &Array,
+    ) -> Result<Array> {
         match self {
             Ffn::Dense(mlp) => mlp.forward(x),
-            Ffn::Moe(moe) => moe.forward(x, layer, positions),
+            Ffn::Moe(moe) => moe.forward(x, layer, positions, tokens),
         }
     }
 
@@ -119,9 +126,12 @@ impl DecoderLayer {
             .mixer
             .forward(&self.attn_norm.forward(x)?, layer, ctx)?;
         let h = x.add(&mixed)?;
-        let ffn = self
-            .ffn
-            .forward(&self.ffn_norm.forward(&h)?, layer, &ctx.positions)?;
+        let ffn = self.ffn.forward(
+            &self.ffn_norm.forward(&h)?,
+            layer,
+            &ctx.positions,
+            ctx.tokens,
+        )?;
         Ok(h.add(&ffn)?)
     }
 
@@ -137,12 +147,15 @@ impl DecoderLayer {
         let mixed = self
             .mixer
             .forward(&self.attn_norm.forward(&r.input)?, layer, ctx)?;
-        let h = hyper.attn.write_back(&mixed, x, &r.post)?;
+        let h = hyper.attn.write_back(&mixed, x, &r)?;
         let r = hyper.ffn.reduce(&h)?;
-        let ffn = self
-            .ffn
-            .forward(&self.ffn_norm.forward(&r.input)?, layer, &ctx.positions)?;
-        hyper.ffn.write_back(&ffn, &h, &r.post)
+        let ffn = self.ffn.forward(
+            &self.ffn_norm.forward(&r.input)?,
+            layer,
+            &ctx.positions,
+            ctx.tokens,
+        )?;
+        hyper.ffn.write_back(&ffn, &h, &r)
     }
 }
 

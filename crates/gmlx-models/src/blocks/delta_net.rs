@@ -73,7 +73,7 @@ fn l2_norm(x: &Array, eps: f32) -> Result<Array> {
 }
 
 /// `log(1 + exp(x))`, exact for large `x`.
-fn softplus(x: &Array) -> Result<Array> {
+pub(crate) fn softplus(x: &Array) -> Result<Array> {
     Ok(ops::logaddexp(x, Array::from_f32(0.0))?)
 }
 

@@ -1,9 +1,10 @@
-//! Hyper-connections without stream mixing (HY4's iHC): the residual is `streams` copies of
-//! the hidden state, `[batch, tokens, streams, hidden]`. Before a sublayer they are reduced
-//! to one input with per-token weights computed from all of them; after it, the sublayer's
-//! output is added back into each stream with another per-token weight. The weights, the
-//! reduction and the write-back run in float32 whatever the activation dtype, as llama.cpp
-//! and the reference do.
+//! Hyper-connections: the residual is `streams` copies of the hidden state, `[batch, tokens,
+//! streams, hidden]`. Before a sublayer they are reduced to one input with per-token weights
+//! computed from all of them; after it, the sublayer's output is added back into each stream
+//! with another per-token weight. HY4's iHC stops there; DeepSeek-V4's mHC also mixes the
+//! streams through a per-token matrix made doubly stochastic by Sinkhorn iterations. The
+//! weights, the reduction and the write-back run in float32 whatever the activation dtype, as
+//! llama.cpp and the reference do.
 use gmlx_mlx::{fast, ops, Array, Dtype};
 
 use crate::error::Result;
@@ -11,15 +12,20 @@ use crate::error::Result;
 /// The pre and post weights around one sublayer: `hc_{attn,ffn}_{fn,base,scale}`.
 #[derive(Debug, Clone)]
 pub struct HyperConnection {
-    /// `[2 · streams, streams · hidden]`, float32: pre then post logits from the normed streams.
+    /// `[2 · streams, streams · hidden]` (with mixing `[(2 + streams) · streams, …]`),
+    /// float32: pre, post (and mixing) logits from the normed streams.
     pub mix: Array,
-    /// `[2 · streams]`.
+    /// `[2 · streams]` (with mixing `[(2 + streams) · streams]`).
     pub base: Array,
-    /// `[2]`: the scale of the pre logits, then of the post logits.
+    /// `[2]` (`[3]`): the scale of the pre logits, of the post logits (of the mixing ones).
     pub scale: Array,
     pub streams: i32,
     pub eps: f32,
     pub magnitude: f32,
+    /// Added to the post weights.
+    pub post_eps: f32,
+    /// mHC: Sinkhorn iterations of the mixing matrix; `None`: no mixing.
+    pub sinkhorn: Option<i32>,
     pub norm_eps: f32,
 }
 
@@ -28,6 +34,8 @@ pub struct Reduced {
     pub input: Array,
     /// `[batch, tokens, streams]`, float32.
     pub post: Array,
+    /// mHC: `[batch, tokens, source stream, destination stream]`, float32.
+    pub mixing: Option<Array>,
 }
 
 impl HyperConnection {
@@ -46,23 +54,65 @@ impl HyperConnection {
             Ok(ops::sigmoid(half(from)?.multiply(&scale)?.add(&base)?)?)
         };
         let pre = part(0, 0)?.add(Array::from_f32(self.eps))?;
-        let post = part(n, 1)?
-            .multiply(Array::from_f32(self.magnitude))?
-            .add(Array::from_f32(self.eps))?;
+        let mut post = part(n, 1)?.multiply(Array::from_f32(self.magnitude))?;
+        if self.post_eps != 0.0 {
+            post = post.add(Array::from_f32(self.post_eps))?;
+        }
+        let mixing = match self.sinkhorn {
+            Some(iterations) => {
+                let logits = gmlx_mlx::slicing::slice(
+                    &logits,
+                    &[0, 0, 2 * n],
+                    &[s[0], s[1], 2 * n + n * n],
+                )?;
+                let base = gmlx_mlx::slicing::slice(&self.base, &[2 * n], &[2 * n + n * n])?;
+                let scale = gmlx_mlx::slicing::slice(&self.scale, &[2], &[3])?;
+                let logits = logits
+                    .multiply(&scale)?
+                    .add(&base)?
+                    .reshape(&[s[0], s[1], n, n])?;
+                Some(sinkhorn(&logits, iterations, self.eps)?)
+            }
+            None => None,
+        };
         Ok(Reduced {
             input: weighted_sum(x, &pre)?,
             post,
+            mixing,
         })
     }
 
-    /// Stream `i` becomes `residual_i + post_i · out` (`out [batch, tokens, hidden]`).
-    pub fn write_back(&self, out: &Array, residual: &Array, post: &Array) -> Result<Array> {
+    /// Stream `i` becomes `residual_i + post_i · out` (`out [batch, tokens, hidden]`); with
+    /// mixing, `sum_j mixing_ji · residual_j + post_i · out`.
+    pub fn write_back(&self, out: &Array, residual: &Array, reduced: &Reduced) -> Result<Array> {
         let out = out.as_dtype(Dtype::Float32)?.expand_dims_axes(&[-2])?;
-        let sum = residual
-            .as_dtype(Dtype::Float32)?
-            .add(out.multiply(post.expand_dims_axes(&[-1])?)?)?;
+        let residual32 = residual.as_dtype(Dtype::Float32)?;
+        let carried = match &reduced.mixing {
+            // [b, t, dst, src] @ [b, t, src, hidden]
+            Some(m) => m.swap_axes(-1, -2)?.matmul(&residual32)?,
+            None => residual32,
+        };
+        let sum = carried.add(out.multiply(reduced.post.expand_dims_axes(&[-1])?)?)?;
         Ok(sum.as_dtype(residual.dtype())?)
     }
+}
+
+/// Sinkhorn normalisation of `[…, source, destination]` logits, as llama.cpp's DeepSeek-V4
+/// graph does it: softmax over the destinations, plus `eps`; the columns (each destination's
+/// sum over sources) normalised once, then rows and columns alternately `iterations - 1`
+/// more times, every sum plus `eps`.
+fn sinkhorn(logits: &Array, iterations: i32, eps: f32) -> Result<Array> {
+    let eps = Array::from_f32(eps);
+    let normalize = |m: &Array, axis: i32| -> Result<Array> {
+        Ok(m.divide(m.sum_axis(axis, true)?.add(&eps)?)?)
+    };
+    let mut m = ops::softmax_axis(logits, -1, true)?.add(&eps)?;
+    m = normalize(&m, -2)?;
+    for _ in 1..iterations {
+        m = normalize(&m, -1)?;
+        m = normalize(&m, -2)?;
+    }
+    Ok(m)
 }
 
 /// The final reduction of the streams before the output norm: `output_hc_{fn,base,scale}`.

@@ -344,28 +344,38 @@ impl Indexer {
         })
     }
 
-    /// `q [b, heads, t, d]` (rotated), `k [b, 1, s, d]` (every key held, rotated), `w [b, t,
-    /// heads]`, `visible [t, s]`: `[b, 1, t, s]` booleans, the `top_k` best visible keys.
     fn select(&self, q: &Array, k: &Array, w: &Array, visible: &Array) -> Result<Array> {
-        let dots = ops::maximum(
-            &q.matmul(k.transpose_axes(&[0, 1, 3, 2])?)?,
-            Array::from_f32(0.0),
-        )?; // [b, h, t, s]
-        let w = w.transpose_axes(&[0, 2, 1])?.expand_dims_axes(&[-1])?; // [b, h, t, 1]
-        let scores = dots.multiply(&w)?.sum_axis(1, true)?; // [b, 1, t, s]
-        let keys = scores.shape()[3];
-        let top_k = self.top_k;
-        let visible = visible.reshape(&[1, 1, visible.shape()[0], keys])?;
-        if top_k >= keys {
-            return Ok(ops::broadcast_to(&visible, scores.shape())?);
-        }
-        let masked = ops::select(&visible, &scores, Array::from_f32(f32::NEG_INFINITY))?;
-        // the top_k-th largest visible score of each query; fewer visible keys make it -inf
-        let order = ops::partition_axis(&masked.negative()?, top_k - 1, -1)?;
-        let s = order.shape().to_vec();
-        let kth = slice(&order, &[0, 0, 0, top_k - 1], &[s[0], s[1], s[2], top_k])?.negative()?;
-        Ok(masked.ge(&kth)?.logical_and(&visible)?)
+        top_k_visible(q, k, w, visible, self.top_k)
     }
+}
+
+/// A lightning indexer's choice. `q [b, heads, t, d]` (rotated), `k [b, 1, s, d]` (every key
+/// held, rotated), `w [b, t, heads]`, `visible [t, s]`: `[b, 1, t, s]` booleans, the `top_k`
+/// visible keys with the highest `sum_h relu(q_h · k) · w_h`.
+pub(crate) fn top_k_visible(
+    q: &Array,
+    k: &Array,
+    w: &Array,
+    visible: &Array,
+    top_k: i32,
+) -> Result<Array> {
+    let dots = ops::maximum(
+        &q.matmul(k.transpose_axes(&[0, 1, 3, 2])?)?,
+        Array::from_f32(0.0),
+    )?; // [b, h, t, s]
+    let w = w.transpose_axes(&[0, 2, 1])?.expand_dims_axes(&[-1])?; // [b, h, t, 1]
+    let scores = dots.multiply(&w)?.sum_axis(1, true)?; // [b, 1, t, s]
+    let keys = scores.shape()[3];
+    let visible = visible.reshape(&[1, 1, visible.shape()[0], keys])?;
+    if top_k >= keys {
+        return Ok(ops::broadcast_to(&visible, scores.shape())?);
+    }
+    let masked = ops::select(&visible, &scores, Array::from_f32(f32::NEG_INFINITY))?;
+    // the top_k-th largest visible score of each query; fewer visible keys make it -inf
+    let order = ops::partition_axis(&masked.negative()?, top_k - 1, -1)?;
+    let s = order.shape().to_vec();
+    let kth = slice(&order, &[0, 0, 0, top_k - 1], &[s[0], s[1], s[2], top_k])?.negative()?;
+    Ok(masked.ge(&kth)?.logical_and(&visible)?)
 }
 
 impl Projected {

@@ -3,6 +3,7 @@
 use gmlx_mlx::Array;
 
 use crate::blocks::attention::Attention;
+use crate::blocks::compressed::CompressedAttention;
 use crate::blocks::context::ForwardCtx;
 use crate::blocks::delta_net::GatedDeltaNet;
 use crate::blocks::latent::LatentAttention;
@@ -14,6 +15,7 @@ pub enum Mixer {
     Attention(Attention),
     GatedDeltaNet(GatedDeltaNet),
     Latent(Box<LatentAttention>),
+    Compressed(Box<CompressedAttention>),
 }
 
 impl Mixer {
@@ -22,6 +24,7 @@ impl Mixer {
             Mixer::Attention(a) => a.forward(x, layer, ctx),
             Mixer::GatedDeltaNet(d) => d.forward(x, layer, ctx),
             Mixer::Latent(a) => a.forward(x, layer, ctx),
+            Mixer::Compressed(a) => a.forward(x, layer, ctx),
         }
     }
 
@@ -30,6 +33,7 @@ impl Mixer {
             Mixer::Attention(a) => a.visit(v),
             Mixer::GatedDeltaNet(d) => d.visit(v),
             Mixer::Latent(a) => a.visit(v),
+            Mixer::Compressed(a) => a.visit(v),
         }
     }
 
@@ -38,6 +42,7 @@ impl Mixer {
             Mixer::Attention(a) => a.visit_mut(v),
             Mixer::GatedDeltaNet(d) => d.visit_mut(v),
             Mixer::Latent(a) => a.visit_mut(v),
+            Mixer::Compressed(a) => a.visit_mut(v),
         }
     }
 }

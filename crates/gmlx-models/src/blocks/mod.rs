@@ -1,5 +1,6 @@
 //! The shared math architectures are assembled from.
 pub mod attention;
+pub mod compressed;
 pub mod context;
 pub mod decoder;
 pub mod delta_net;

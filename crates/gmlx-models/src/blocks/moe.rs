@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use gmlx_mlx::{ops, Array, QuantWeight};
 
+use crate::blocks::delta_net::softplus;
 use crate::blocks::linear::Linear;
 use crate::blocks::mlp::SwiGlu;
 use crate::blocks::visit::{Frozen, LinearVisitorMut, WeightVisitor};
@@ -20,6 +21,8 @@ pub enum Gating {
     Sigmoid,
     /// Pick the top k logits, then softmax over those k only (gpt-oss).
     SoftmaxSelected,
+    /// `sqrt(softplus(logit))` of each logit (DeepSeek-V4).
+    SqrtSoftplus,
 }
 
 /// The router of one MoE layer.
@@ -35,15 +38,34 @@ pub struct Router {
     pub normalize: bool,
     /// Multiply the weights (1: off).
     pub scale: f32,
+    /// `[vocab, k]` u32: hash routing, the experts of each token id (`ffn_gate_tid2eid`).
+    pub hash: Option<Array>,
 }
 
 impl Router {
-    /// `x [n, hidden]` to `(indices [n, k] u32, weights [n, k])`.
+    /// `x [n, hidden]` to `(indices [n, k] u32, weights [n, k])`, the experts chosen by the
+    /// scores (a hash-routed layer chooses by token: [`Router::route_tokens`]).
     pub fn route(&self, x: &Array) -> Result<(Array, Array)> {
         let scores = self.scores(x)?;
         let indices = self.select(&scores)?;
         let weights = self.weigh(&scores, &indices)?;
         Ok((indices, weights))
+    }
+
+    /// [`Router::route`] for rows whose token ids are `tokens [n]`: what the layer runs.
+    pub fn route_tokens(&self, x: &Array, tokens: &Array) -> Result<(Array, Array)> {
+        let scores = self.scores(x)?;
+        let indices = self.choose(&scores, tokens)?;
+        let weights = self.weigh(&scores, &indices)?;
+        Ok((indices, weights))
+    }
+
+    /// The experts of each row: the token's hash-table row, or the best scores.
+    pub fn choose(&self, scores: &Array, tokens: &Array) -> Result<Array> {
+        match &self.hash {
+            Some(table) => Ok(table.take_axis(tokens, 0)?),
+            None => self.select(scores),
+        }
     }
 
     /// The gating of the router's logits: `[n, experts]` (for `SoftmaxSelected`, the logits).
@@ -53,6 +75,7 @@ impl Router {
             Gating::Softmax => ops::softmax_axis(&logits, -1, true)?,
             Gating::Sigmoid => ops::sigmoid(&logits)?,
             Gating::SoftmaxSelected => logits,
+            Gating::SqrtSoftplus => softplus(&logits)?.sqrt()?,
         })
     }
 
@@ -303,14 +326,7 @@ impl Experts {
                 let glu = gate.multiply(ops::sigmoid(gate.multiply(Array::from_f32(alpha))?)?)?;
                 glu.multiply(up.add(Array::from_f32(1.0))?)?
             }
-            ExpertActivation::SwiGluClamped { limit } => {
-                let gate = ops::minimum(&gate, Array::from_f32(limit))?;
-                let up = ops::minimum(
-                    ops::maximum(&up, Array::from_f32(-limit))?,
-                    Array::from_f32(limit),
-                )?;
-                gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?
-            }
+            ExpertActivation::SwiGluClamped { limit } => swiglu_clamped(&gate, &up, limit)?,
         };
         let out = self
             .store
@@ -332,18 +348,40 @@ impl Experts {
     }
 }
 
+/// `silu(min(gate, limit)) * clamp(up, -limit, limit)`.
+fn swiglu_clamped(gate: &Array, up: &Array, limit: f32) -> Result<Array> {
+    let gate = ops::minimum(gate, Array::from_f32(limit))?;
+    let up = ops::minimum(
+        ops::maximum(up, Array::from_f32(-limit))?,
+        Array::from_f32(limit),
+    )?;
+    Ok(gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?)
+}
+
 /// An always-on dense expert beside the routed ones (Qwen2-MoE / DeepSeek style).
 #[derive(Debug, Clone)]
 pub struct SharedExpert {
     pub mlp: SwiGlu,
     /// `[hidden]`: the output is scaled by `sigmoid(x · gate)` per token (Qwen3-Next).
     pub ffn_gate_inp_shexp: Option<Array>,
+    /// Its SwiGLU clamped at this limit (DeepSeek-V4), as the routed experts'
+    /// [`ExpertActivation::SwiGluClamped`].
+    pub clamp: Option<f32>,
 }
 
 impl SharedExpert {
     /// `x [n, hidden]`.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let out = self.mlp.forward(x)?;
+        let out = match self.clamp {
+            Some(limit) => {
+                let gate = self.mlp.ffn_gate.forward(x)?;
+                let up = self.mlp.ffn_up.forward(x)?;
+                self.mlp
+                    .ffn_down
+                    .forward(&swiglu_clamped(&gate, &up, limit)?)?
+            }
+            None => self.mlp.forward(x)?,
+        };
         match &self.ffn_gate_inp_shexp {
             Some(gate) => {
                 let logit = x.matmul(gate.expand_dims(-1)?)?; // [n, 1]
@@ -377,20 +415,28 @@ pub struct MoeFfn {
 }
 
 impl MoeFfn {
-    /// `x [batch, tokens, hidden]` of layer `layer`, its rows starting at `positions`.
-    pub fn forward(&self, x: &Array, layer: usize, positions: &[i32]) -> Result<Array> {
+    /// `x [batch, tokens, hidden]` of layer `layer`, its rows starting at `positions`, their
+    /// token ids `tokens [batch, tokens]`.
+    pub fn forward(
+        &self,
+        x: &Array,
+        layer: usize,
+        positions: &[i32],
+        tokens: &Array,
+    ) -> Result<Array> {
         let shape = x.shape().to_vec();
         let flat = x.reshape(&[-1, shape[2]])?;
+        let ids = tokens.reshape(&[-1])?;
         let at = RouteAt {
             layer,
             positions,
             tokens: shape[1],
         };
         let (indices, weights) = if self.hooks.is_empty() {
-            self.router.route(&flat)?
+            self.router.route_tokens(&flat, &ids)?
         } else {
             let scores = self.router.scores(&flat)?;
-            let indices = self.router.select(&scores)?;
+            let indices = self.router.choose(&scores, &ids)?;
             let weights = self.router.weigh(&scores, &indices)?;
             let mut routing = Routing {
                 scores,
@@ -417,6 +463,9 @@ impl MoeFfn {
         Frozen(v).linear(&self.router.ffn_gate_inp);
         if let Some(bias) = &self.router.selection_bias {
             v.array(bias);
+        }
+        if let Some(table) = &self.router.hash {
+            v.array(table);
         }
         self.experts.visit(v);
         if let Some(shared) = &self.shared {

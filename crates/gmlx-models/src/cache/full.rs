@@ -85,6 +85,15 @@ impl Buffer {
         self.data.as_ref().map_or(0, Array::nbytes)
     }
 
+    /// The filled part (an empty buffer has none: check [`Buffer::is_empty`] first).
+    pub fn read(&self) -> Result<Array> {
+        let Some(data) = &self.data else {
+            unreachable!("read() on a buffer that was never appended to");
+        };
+        let s = data.shape().to_vec();
+        Ok(slice(data, &[0, 0, 0, 0], &[s[0], s[1], self.len, s[3]])?)
+    }
+
     /// Appends `x [batch, heads, n, width]` and returns the filled part, which now ends
     /// with it.
     pub fn append(&mut self, x: &Array) -> Result<Array> {

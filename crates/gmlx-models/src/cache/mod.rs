@@ -1,10 +1,12 @@
 //! Per-sequence state between forward passes: one cache per layer, chosen by the layer's kind
 //! in the model's plan, and the sequence's position (how many tokens it has seen).
+mod compressed;
 mod full;
 mod latent;
 mod recurrent;
 mod rotating;
 
+pub use compressed::{Compressed, CompressorState};
 pub use full::FullKv;
 pub use latent::Latent;
 pub use recurrent::Recurrent;
@@ -26,6 +28,13 @@ pub enum CacheKind {
     Recurrent,
     /// A latent attention layer's compressed rows, and its indexer's keys when it owns one.
     Latent { indexer: bool },
+    /// A DeepSeek-V4 attention layer's raw window, pooled rows every `ratio` positions (0:
+    /// none), the indexer's pooled keys, and the compressors' partial blocks.
+    Compressed {
+        window: i32,
+        ratio: i32,
+        indexer: bool,
+    },
 }
 
 impl std::fmt::Display for CacheKind {
@@ -36,6 +45,18 @@ impl std::fmt::Display for CacheKind {
             CacheKind::Recurrent => write!(f, "recurrent state"),
             CacheKind::Latent { indexer: false } => write!(f, "latent kv"),
             CacheKind::Latent { indexer: true } => write!(f, "latent kv + indexer keys"),
+            CacheKind::Compressed {
+                window, ratio: 0, ..
+            } => write!(f, "window kv ({window})"),
+            CacheKind::Compressed {
+                window,
+                ratio,
+                indexer,
+            } => write!(
+                f,
+                "window kv ({window}) + 1:{ratio} pooled{}",
+                if *indexer { " + indexer keys" } else { "" }
+            ),
         }
     }
 }
@@ -76,6 +97,7 @@ pub enum LayerCache {
     RotatingKv(RotatingKv),
     Recurrent(Recurrent),
     Latent(Latent),
+    Compressed(Compressed),
 }
 
 impl LayerCache {
@@ -85,6 +107,7 @@ impl LayerCache {
             CacheKind::RotatingKv { window } => LayerCache::RotatingKv(RotatingKv::new(window)),
             CacheKind::Recurrent => LayerCache::Recurrent(Recurrent::default()),
             CacheKind::Latent { indexer } => LayerCache::Latent(Latent::new(indexer)),
+            CacheKind::Compressed { window, .. } => LayerCache::Compressed(Compressed::new(window)),
         }
     }
 
@@ -94,7 +117,7 @@ impl LayerCache {
         match self {
             LayerCache::FullKv(c) => Some(c.attend(k, v, position)),
             LayerCache::RotatingKv(c) => Some(c.attend(k, v, position)),
-            LayerCache::Recurrent(_) | LayerCache::Latent(_) => None,
+            LayerCache::Recurrent(_) | LayerCache::Latent(_) | LayerCache::Compressed(_) => None,
         }
     }
 
@@ -105,6 +128,7 @@ impl LayerCache {
             LayerCache::RotatingKv(c) => c.nbytes(),
             LayerCache::Recurrent(c) => c.nbytes(),
             LayerCache::Latent(c) => c.nbytes(),
+            LayerCache::Compressed(c) => c.nbytes(),
         }
     }
 }

@@ -97,3 +97,35 @@ pub fn fixture(arch: &str, codec: &str) -> (std::path::PathBuf, Vec<u32>) {
         ids(&golden["sequence"]),
     )
 }
+
+/// Feeds `sequence` to a fresh cache in pieces of the given lengths (the last one cut at the
+/// sequence's end) and returns the cache, the positions fed and the largest |logit - want| over
+/// every position, `want` holding one reference row per position.
+pub fn feed_pieces(
+    model: &gmlx_models::Model,
+    sequence: &[u32],
+    pieces: &[usize],
+    want: &[Vec<f32>],
+) -> (gmlx_models::cache::SequenceCache, usize, f32) {
+    let mut cache = model.new_cache();
+    let (mut at, mut worst) = (0, 0f32);
+    for &len in pieces {
+        let piece = &sequence[at..(at + len).min(sequence.len())];
+        let tokens = Array::from_slice(piece, &[1, piece.len() as i32]);
+        let logits = model
+            .forward(&tokens, &mut cache, Logits::All)
+            .expect("forward");
+        logits.eval().expect("eval");
+        let vocab = logits.shape()[2] as usize;
+        for (i, row) in logits.as_slice::<f32>().chunks(vocab).enumerate() {
+            let d = row
+                .iter()
+                .zip(&want[at + i])
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
+            worst = worst.max(d);
+        }
+        at += piece.len();
+    }
+    (cache, at, worst)
+}
