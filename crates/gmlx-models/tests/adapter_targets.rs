@@ -1,10 +1,11 @@
-//! Adapters on the certified fixtures against llama.cpp, and every projection of `hy_v4` as
-//! an adapter target by its GGUF name. For each fixture, an adapter on every projection that
-//! gmlx and llama.cpp's graph both adapt (tests/goldens/<arch>-lora.gguf, made with its
-//! llama.cpp golden by tests/goldens/make_fixture_adapter_golden.py) gives llama.cpp's logits;
-//! on `hy_v4`, an adapter on any single projection, including the latent ones llama.cpp
-//! multiplies without adapters (`attn_q_a`, `attn_q_b`, `attn_kv_a_mqa`, `attn_gate`, the
-//! indexer's), changes gmlx's.
+//! Adapters on the certified fixtures against llama.cpp, and every projection of `hy_v4` and
+//! `deepseek4` as an adapter target by its GGUF name. For each fixture, an adapter on every
+//! projection that gmlx and llama.cpp's graph both adapt (tests/goldens/<arch>-lora.gguf, made
+//! with its llama.cpp golden by tests/goldens/make_fixture_adapter_golden.py) gives llama.cpp's
+//! logits; on `hy_v4` and `deepseek4`, an adapter on any single projection changes gmlx's,
+//! including on `hy_v4` the latent ones llama.cpp multiplies without adapters (`attn_q_a`,
+//! `attn_q_b`, `attn_kv_a_mqa`, `attn_gate`, the indexer's), and on `deepseek4` `attn_q_a`,
+//! `attn_kv` and the compressors' `attn_compressor_kv` / `attn_compressor_gate`.
 mod common;
 
 use common::{all_logits, greedy, ids, max_diff_at_recorded_ids};
@@ -12,7 +13,7 @@ use gmlx_models::adapter::{self, Adapter, LoraPair};
 use gmlx_models::{load, LoadOptions};
 use serde_json::Value;
 
-const ARCHS: [&str; 8] = [
+const ARCHS: [&str; 9] = [
     "llama",
     "qwen3",
     "qwen3moe",
@@ -21,6 +22,7 @@ const ARCHS: [&str; 8] = [
     "qwen35moe",
     "qwen3next",
     "hy_v4",
+    "deepseek4",
 ];
 
 fn goldens() -> std::path::PathBuf {
@@ -77,11 +79,16 @@ fn pair(target: &str, output: usize, input: usize, seed: u32) -> LoraPair {
     }
 }
 
-#[test]
-fn an_adapter_on_any_hy_v4_projection_changes_the_logits() {
-    let (path, sequence) = common::fixture("hy_v4", "F16");
-    // past the indexer's top-k of 64, so a changed key choice shows
-    let sequence = &sequence[..100];
+/// Every name in `required` is an adapter target of `arch`'s fixture, and an adapter on any
+/// one target alone moves the logits over the first `positions` positions; removing it
+/// restores them.
+fn an_adapter_on_any_projection_moves_the_logits(
+    arch: &str,
+    positions: usize,
+    required: &[String],
+) {
+    let (path, sequence) = common::fixture(arch, "F16");
+    let sequence = &sequence[..positions];
     let mut loaded = load(&path, &LoadOptions::default()).expect("load");
     let base = all_logits(&loaded, sequence);
 
@@ -93,43 +100,15 @@ fn an_adapter_on_any_hy_v4_projection_changes_the_logits() {
         }
     }
     let names: Vec<&str> = targets.iter().map(|(n, _, _)| n.as_str()).collect();
-    for block in 0..3 {
-        for p in [
-            "attn_q_a",
-            "attn_q_b",
-            "attn_kv_a_mqa",
-            "attn_gate",
-            "attn_output",
-        ] {
-            let name = format!("blk.{block}.{p}.weight");
-            assert!(
-                names.contains(&name.as_str()),
-                "{name} is not an adapter target"
-            );
-        }
+    for name in required {
+        assert!(
+            names.contains(&name.as_str()),
+            "{name} is not an adapter target"
+        );
     }
-    for block in [0, 2] {
-        for p in ["indexer.attn_q_b", "indexer.attn_k", "indexer.proj"] {
-            let name = format!("blk.{block}.{p}.weight");
-            assert!(
-                names.contains(&name.as_str()),
-                "{name} is not an adapter target"
-            );
-        }
-    }
-    for name in [
-        "blk.0.ffn_gate.weight",
-        "blk.0.ffn_up.weight",
-        "blk.0.ffn_down.weight",
-        "blk.1.ffn_gate_shexp.weight",
-        "blk.2.ffn_down_shexp.weight",
-    ] {
-        assert!(names.contains(&name), "{name} is not an adapter target");
-    }
-
     for (seed, (name, rows, cols)) in targets.iter().enumerate() {
         let lora = Adapter {
-            arch: "hy_v4".to_owned(),
+            arch: arch.to_owned(),
             alpha: 2.0,
             pairs: vec![pair(name, *rows, *cols, seed as u32 + 1)],
         };
@@ -153,4 +132,65 @@ fn an_adapter_on_any_hy_v4_projection_changes_the_logits() {
         base,
         "removing the adapter restores the base"
     );
+}
+
+fn names(blocks: &[usize], slots: &[&str]) -> Vec<String> {
+    blocks
+        .iter()
+        .flat_map(|b| slots.iter().map(move |p| format!("blk.{b}.{p}.weight")))
+        .collect()
+}
+
+#[test]
+fn an_adapter_on_any_hy_v4_projection_changes_the_logits() {
+    let mut required = names(
+        &[0, 1, 2],
+        &[
+            "attn_q_a",
+            "attn_q_b",
+            "attn_kv_a_mqa",
+            "attn_gate",
+            "attn_output",
+        ],
+    );
+    required.extend(names(
+        &[0, 2],
+        &["indexer.attn_q_b", "indexer.attn_k", "indexer.proj"],
+    ));
+    required.extend(names(&[0], &["ffn_gate", "ffn_up", "ffn_down"]));
+    required.extend(names(&[1], &["ffn_gate_shexp"]));
+    required.extend(names(&[2], &["ffn_down_shexp"]));
+    // past the indexer's top-k of 64, so a changed key choice shows
+    an_adapter_on_any_projection_moves_the_logits("hy_v4", 100, &required);
+}
+
+#[test]
+fn an_adapter_on_any_deepseek4_projection_changes_the_logits() {
+    let mut required = names(
+        &[0, 1, 2, 3],
+        &[
+            "attn_q_a",
+            "attn_q_b",
+            "attn_kv",
+            "attn_output_b",
+            "ffn_gate_shexp",
+            "ffn_up_shexp",
+            "ffn_down_shexp",
+        ],
+    );
+    required.extend(names(
+        &[1, 2, 3],
+        &["attn_compressor_kv", "attn_compressor_gate"],
+    ));
+    required.extend(names(
+        &[1, 3],
+        &[
+            "indexer.attn_q_b",
+            "indexer.proj",
+            "indexer_compressor_kv",
+            "indexer_compressor_gate",
+        ],
+    ));
+    // past the first 128-position block (its pooled row) and the indexer's top-16
+    an_adapter_on_any_projection_moves_the_logits("deepseek4", 140, &required);
 }

@@ -34,6 +34,8 @@ CANDIDATES = {
     "ffn_gate", "ffn_up", "ffn_down", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
     "attn_q_a", "attn_q_b", "attn_kv_a_mqa",
     "indexer.attn_q_b", "indexer.attn_k", "indexer.proj",
+    "attn_kv", "attn_output_b", "attn_compressor_kv", "attn_compressor_gate",
+    "indexer_compressor_kv", "indexer_compressor_gate",
 }
 
 
