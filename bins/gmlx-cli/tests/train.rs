@@ -502,7 +502,8 @@ fn an_interrupted_run_exits_130_and_leaves_nothing_behind() {
 
 /// Every certified architecture's fixture trains (hybrids: gradients through the chunked scan;
 /// MoE: the routers' discrete choice left out of the tape; `hy_v4`: latent attention, the
-/// indexer's selection handed between blocks, residual streams), with and without validation data
+/// indexer's selection handed between blocks, residual streams; `deepseek4`: the compressors,
+/// the indexer's top-k, Sinkhorn-mixed streams, hash routing), with and without validation data
 /// (every other architecture validates), and the adapter changes what `gmlx run` generates.
 #[test]
 fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
@@ -516,6 +517,7 @@ fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
         "qwen3",
         "gpt-oss",
         "hy_v4",
+        "deepseek4",
     ];
     // the made-up-fact rows without their valid.jsonl
     let train_only = scratch("train-only");
