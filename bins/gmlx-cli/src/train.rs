@@ -36,7 +36,8 @@ pub struct TrainArgs {
     /// Projections to adapt, comma-separated: attn_q, attn_k, attn_v, attn_output,
     /// ffn_gate, ffn_up, ffn_down (or q_proj, k_proj, ...), attn_qkv, attn_gate, ssm_out
     /// (gated DeltaNet), ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp (shared expert),
-    /// attn_q_a, attn_q_b, attn_kv_a_mqa (latent attention) [default: all; a model adapts
+    /// attn_q_a, attn_q_b, attn_kv_a_mqa (latent attention), attn_kv, attn_output_b,
+    /// attn_compressor_kv, attn_compressor_gate (DeepSeek-V4) [default: all; a model adapts
     /// those it has].
     #[arg(long, value_delimiter = ',')]
     keys: Vec<String>,

@@ -25,6 +25,12 @@ pub const KEYS: &[(&str, &str)] = &[
     ("attn_q_a", "q_a_proj"),
     ("attn_q_b", "q_b_proj"),
     ("attn_kv_a_mqa", "kv_a_proj_with_mqa"),
+    // DeepSeek-V4: the key row (also the value), the grouped output's second half, the
+    // pooling compressor (the indexer's compressor is left out, as the indexer is)
+    ("attn_kv", "wkv"),
+    ("attn_output_b", "wo_b"),
+    ("attn_compressor_kv", "compressor.wkv"),
+    ("attn_compressor_gate", "compressor.wgate"),
 ];
 
 /// Where and how big the adapters are.
