@@ -39,6 +39,7 @@ pub mod names;
 pub mod reader;
 pub mod repack;
 pub mod split;
+pub mod table;
 pub mod value;
 pub mod writer;
 
@@ -49,5 +50,6 @@ pub use ggml_type::GgmlType;
 pub use metadata::{MetaKey, Metadata};
 pub use reader::{parse_header, Header, Limits, TensorInfo};
 pub use repack::{repack_affine, repack_mxfp4, AffineLayout, AffineWeights, Mxfp4Weights};
+pub use table::MappedRows;
 pub use value::{Array, Value, ValueType};
 pub use writer::GgufWriter;

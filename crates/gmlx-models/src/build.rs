@@ -3,11 +3,11 @@
 
 use gmlx_gguf::names::Tensor;
 use gmlx_gguf::GgufFile;
-use gmlx_mlx::{Array, Dtype};
+use gmlx_mlx::{Array, Dtype, QuantWeight};
 
 use crate::blocks::attention::Attention;
 use crate::blocks::compressed::{hadamard, BlockIndexer, CompressedAttention, Compressor};
-use crate::blocks::decoder::{BlockHyper, Decoder, DecoderLayer, Ffn};
+use crate::blocks::decoder::{BlockHyper, Decoder, DecoderLayer, Embedding, Ffn};
 use crate::blocks::delta_net::{DeltaGates, DeltaInput, GatedDeltaNet};
 use crate::blocks::hyper::{HyperConnection, HyperHead};
 use crate::blocks::latent::{Indexer, LatentAttention};
@@ -52,11 +52,22 @@ fn decoder(w: &Weights<'_>, config: &ModelConfig) -> Result<Decoder> {
         .enumerate()
         .map(|(l, spec)| layer(w, c, l, spec))
         .collect::<Result<Vec<_>>>()?;
+    let output = w.optional_matrix(&Tensor::Output.weight(0), c.vocab, c.hidden)?;
+    let embd = Tensor::TokenEmbd.weight(0);
+    let token_embd = match &output {
+        // untied: only looked up, so read from the file as tokens ask
+        Some(_) => match w.mapped_rows(&embd, &[c.hidden as u64, c.vocab as u64])? {
+            Some(rows) => Embedding::Mapped(rows),
+            // a preflight, which has recorded any problem
+            None => Embedding::Resident(QuantWeight::dense(embd.clone(), Array::from_f32(0.0))),
+        },
+        None => Embedding::Resident(w.matrix(&embd, c.vocab, c.hidden)?),
+    };
     Ok(Decoder {
-        token_embd: w.matrix(&Tensor::TokenEmbd.weight(0), c.vocab, c.hidden)?,
+        token_embd,
         layers,
         output_norm: w.rms_norm(&Tensor::OutputNorm.weight(0), c.hidden, c.rms_eps)?,
-        output: w.optional_matrix(&Tensor::Output.weight(0), c.vocab, c.hidden)?,
+        output,
         hyper_head: c
             .hyper
             .map(|h| -> Result<_> {
@@ -441,15 +452,12 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
             top_k: m.experts_used,
             normalize: m.normalize,
             scale: m.weights_scale,
-            hash: m
-                .hash_routing
-                .then(|| -> Result<_> {
-                    let k = m.experts_used as u64;
-                    let table =
-                        w.array_f32(&Tensor::FfnGateTid2eid.weight(l), &[k, c.vocab as u64])?;
-                    Ok(table.as_dtype(Dtype::Uint32)?)
-                })
-                .transpose()?,
+            hash: if m.hash_routing {
+                let dims = [m.experts_used as u64, c.vocab as u64];
+                w.mapped_rows(&Tensor::FfnGateTid2eid.weight(l), &dims)?
+            } else {
+                None
+            },
         },
         experts: Experts {
             store: w.expert_store(

@@ -151,6 +151,15 @@ impl<'f> Weights<'f> {
         }
     }
 
+    /// The tensor of the given GGUF dims as rows read from the file's memory map when looked
+    /// up (embeddings, routing tables); `None` in a preflight.
+    pub fn mapped_rows(&self, name: &str, dims: &[u64]) -> Result<Option<gmlx_gguf::MappedRows>> {
+        match self.checked(name, dims)? {
+            Some(info) => Ok(Some(gmlx_gguf::MappedRows::open(self.file, info)?)),
+            None => Ok(None),
+        }
+    }
+
     /// A stack of `experts` matrices `[rows, cols]` (GGUF dims `[cols, rows, experts]`).
     pub fn experts(&self, name: &str, experts: i32, rows: i32, cols: i32) -> Result<QuantWeight> {
         match self.checked(name, &[cols as u64, rows as u64, experts as u64])? {

@@ -220,13 +220,36 @@ impl BlockRunner for Direct {
     }
 }
 
+/// The token embedding: resident when the output head is tied to it, else rows read from
+/// the file's memory map as tokens ask for them (no copy of the table in memory).
+#[derive(Debug, Clone)]
+pub enum Embedding {
+    Resident(QuantWeight),
+    Mapped(gmlx_gguf::MappedRows),
+}
+
+impl Embedding {
+    /// Rows `ids [batch, n]`: `[batch, n, hidden]`, float32 or the table's dtype.
+    fn rows(&self, ids: &Array) -> Result<Array> {
+        match self {
+            Embedding::Resident(w) => Ok(w.rows(ids)?),
+            Embedding::Mapped(table) => {
+                let values = table.dequantize_rows(&crate::blocks::moe::host_ids(ids)?)?;
+                let mut shape = ids.shape().to_vec();
+                shape.push(table.row_len() as i32);
+                Ok(Array::from_slice(&values, &shape))
+            }
+        }
+    }
+}
+
 /// Embedding, blocks, final norm and output head.
 #[derive(Debug, Clone)]
 pub struct Decoder {
-    pub token_embd: QuantWeight,
+    pub token_embd: Embedding,
     pub layers: Vec<DecoderLayer>,
     pub output_norm: RmsNorm,
-    /// `None` when the output head is tied to the token embedding.
+    /// `None` when the output head is tied to the token embedding (then resident).
     pub output: Option<QuantWeight>,
     /// With hyper-connections: the streams' count and their final reduction.
     pub hyper_head: Option<(i32, HyperHead)>,
@@ -290,13 +313,20 @@ impl Decoder {
             Logits::Positions(at) => x.reshape(&[-1, s[2]])?.take_axis(at, 0)?,
         };
         let x = self.output_norm.forward(&x)?;
-        let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        let head = match (&self.output, &self.token_embd) {
+            (Some(head), _) | (None, Embedding::Resident(head)) => head,
+            (None, Embedding::Mapped(_)) => {
+                unreachable!("a tied output head keeps the embedding resident")
+            }
+        };
         Ok(head.matmul(&x)?.as_dtype(Dtype::Float32)?)
     }
 
     /// Its weights: embedding, blocks, final norm, head.
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
-        v.quant(&self.token_embd);
+        if let Embedding::Resident(w) = &self.token_embd {
+            v.quant(w);
+        }
         for layer in &self.layers {
             layer.visit(v);
         }

@@ -10,7 +10,7 @@ use crate::blocks::delta_net::softplus;
 use crate::blocks::linear::Linear;
 use crate::blocks::mlp::SwiGlu;
 use crate::blocks::visit::{Frozen, LinearVisitorMut, WeightVisitor};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// How router logits become expert scores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,8 +38,9 @@ pub struct Router {
     pub normalize: bool,
     /// Multiply the weights (1: off).
     pub scale: f32,
-    /// `[vocab, k]` u32: hash routing, the experts of each token id (`ffn_gate_tid2eid`).
-    pub hash: Option<Array>,
+    /// Hash routing: the `k` experts of each token id (`ffn_gate_tid2eid`, `[vocab, k]`), read
+    /// from the file's memory map.
+    pub hash: Option<gmlx_gguf::MappedRows>,
 }
 
 impl Router {
@@ -62,10 +63,29 @@ impl Router {
 
     /// The experts of each row: the token's hash-table row, or the best scores.
     pub fn choose(&self, scores: &Array, tokens: &Array) -> Result<Array> {
-        match &self.hash {
-            Some(table) => Ok(table.take_axis(tokens, 0)?),
-            None => self.select(scores),
-        }
+        let Some(table) = &self.hash else {
+            return self.select(scores);
+        };
+        let ids = host_ids(tokens)?;
+        let count = scores.shape()[1] as f32;
+        let experts = table
+            .dequantize_rows(&ids)?
+            .into_iter()
+            .map(|e| {
+                if (0.0..count).contains(&e) {
+                    Ok(e as u32)
+                } else {
+                    Err(Error::BadConfig {
+                        key: table.name().to_owned(),
+                        reason: format!("expert {e} of a table routing to {count} experts"),
+                    })
+                }
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        Ok(Array::from_slice(
+            &experts,
+            &[ids.len() as i32, table.row_len() as i32],
+        ))
     }
 
     /// The gating of the router's logits: `[n, experts]` (for `SoftmaxSelected`, the logits).
@@ -348,6 +368,13 @@ impl Experts {
     }
 }
 
+/// Token ids on the host (they come from it: evaluating them is a copy at most).
+pub(crate) fn host_ids(tokens: &Array) -> Result<Vec<u32>> {
+    let flat = tokens.reshape(&[-1])?.as_dtype(gmlx_mlx::Dtype::Uint32)?;
+    flat.eval()?;
+    Ok(flat.as_slice::<u32>().to_vec())
+}
+
 /// `silu(min(gate, limit)) * clamp(up, -limit, limit)`.
 fn swiglu_clamped(gate: &Array, up: &Array, limit: f32) -> Result<Array> {
     let gate = ops::minimum(gate, Array::from_f32(limit))?;
@@ -463,9 +490,6 @@ impl MoeFfn {
         Frozen(v).linear(&self.router.ffn_gate_inp);
         if let Some(bias) = &self.router.selection_bias {
             v.array(bias);
-        }
-        if let Some(table) = &self.router.hash {
-            v.array(table);
         }
         self.experts.visit(v);
         if let Some(shared) = &self.shared {
