@@ -46,7 +46,9 @@ mod vocab;
 /// A token id.
 pub type TokenId = u32;
 
-pub use align::{vocab_map_hash, whitespace_start_mask};
+pub use align::{
+    align_by_bytes, same_bytes_map, spans, vocab_map_hash, whitespace_start_mask, Tokens,
+};
 pub use decode::StreamDecoder;
 pub use error::{Error, Result};
 pub use spec::{TokenType, TokenizerSpec};
