@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod distill;
 mod model_args;
 mod moe_args;
 mod perplexity;
@@ -39,6 +40,9 @@ enum Command {
     Serve(gmlx_serve::args::ServeArgs),
     /// Fine-tune LoRA adapters on a quantized GGUF model; writes llama.cpp's adapter format.
     Train(train::TrainArgs),
+    /// Distil a teacher's answers about documents into a student's LoRA adapter, so the
+    /// student answers without the documents (across tokenizers too).
+    Distill(Box<distill::DistillArgs>),
     /// Teacher-forced log-probability of every token of a text, and its perplexity.
     Perplexity(perplexity::PerplexityArgs),
     /// Summarise a GGUF file: version, architecture, metadata, tensors per codec.
@@ -96,6 +100,7 @@ fn main() -> ExitCode {
         Command::Perplexity(args) => perplexity::perplexity(args),
         Command::Serve(args) => serve(args),
         Command::Train(args) => train::train(args),
+        Command::Distill(args) => distill::distill(*args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,6 +21,19 @@ pub struct TrainArgs {
     /// ending in `/`, gets adapter.gguf inside it.
     #[arg(long, value_name = "PATH")]
     adapter_out: PathBuf,
+    /// Train only on completions and assistant turns.
+    #[arg(long)]
+    mask_prompt: bool,
+    #[command(flatten)]
+    pub lora: LoraArgs,
+    /// Where MLX runs.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
+}
+
+/// What training does, shared by `gmlx train` and `gmlx distill`.
+#[derive(Args)]
+pub struct LoraArgs {
     /// LoRA rank.
     #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     rank: i64,
@@ -77,20 +90,14 @@ pub struct TrainArgs {
     /// Print a progress line every N steps.
     #[arg(long, default_value_t = 10)]
     report_every: usize,
-    /// Train only on completions and assistant turns.
-    #[arg(long)]
-    mask_prompt: bool,
     /// Recompute each block's activations in the backward pass (less memory, more compute).
     #[arg(long)]
     grad_checkpoint: bool,
-    /// Where MLX runs.
-    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
-    device: DeviceArg,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_interrupt(_: libc::c_int) {
+pub(crate) extern "C" fn on_interrupt(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
     // A second Ctrl-C ends the process at once.
     // SAFETY: signal() is async-signal-safe.
@@ -99,7 +106,8 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     }
 }
 
-fn config(args: &TrainArgs) -> Result<TrainConfig, Failure> {
+/// The validated training config of the flags (`mask_prompt`: only answers are targets).
+pub(crate) fn config(args: &LoraArgs, mask_prompt: bool) -> Result<TrainConfig, Failure> {
     let rank = usize::try_from(args.rank)
         .ok()
         .filter(|r| *r > 0)
@@ -147,7 +155,7 @@ fn config(args: &TrainArgs) -> Result<TrainConfig, Failure> {
         val_every: args.val_every,
         val_batches: args.val_batches,
         report_every: args.report_every,
-        mask_prompt: args.mask_prompt,
+        mask_prompt,
         grad_checkpoint: args.grad_checkpoint,
     }
     .validate()
@@ -156,7 +164,7 @@ fn config(args: &TrainArgs) -> Result<TrainConfig, Failure> {
 
 /// Float32 products stay exact in training unless the user turned TF32 on; the gated-DeltaNet
 /// scan compounds TF32's rounding over every token of a row, so that case gets one notice.
-fn tf32_notice(
+pub(crate) fn tf32_notice(
     precision: gmlx_mlx::precision::Precision,
     config: &gmlx_models::ModelConfig,
 ) -> Option<String> {
@@ -177,7 +185,7 @@ fn tf32_notice(
 
 pub fn train(args: TrainArgs) -> Result<(), Failure> {
     // Everything the user gave is checked before the base model is fetched or loaded.
-    let config = config(&args)?;
+    let config = config(&args.lora, args.mask_prompt)?;
     let device = args.device.into();
     let dataset = data::read_dir(&args.data).map_err(usage)?;
     let out = OutputPlan::resolve(&args.adapter_out).map_err(usage)?;

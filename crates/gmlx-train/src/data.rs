@@ -32,6 +32,10 @@ pub struct Dataset {
 pub struct Example {
     pub ids: Vec<TokenId>,
     pub target: Vec<bool>,
+    /// Distillation: for target positions, a teacher's distribution over this vocabulary
+    /// (`(token, probability)`, probabilities summing to 1) that the position learns instead
+    /// of its token; empty, or `None` at a position, to learn the token (cross-entropy).
+    pub soft: Vec<Option<Vec<(TokenId, f32)>>>,
 }
 
 impl Example {
@@ -223,7 +227,11 @@ impl<'t> Encoder<'t> {
         if ids.len() < 2 {
             return Ok(None);
         }
-        Ok(Some(Example { ids, target }))
+        Ok(Some(Example {
+            ids,
+            target,
+            soft: Vec::new(),
+        }))
     }
 
     /// A rendered conversation; with `mask_prompt`, only the assistant turns are targets:

@@ -28,6 +28,7 @@
 //! ```
 pub mod config;
 pub mod data;
+pub mod distill;
 mod error;
 pub mod lora;
 pub mod optim;
@@ -38,4 +39,4 @@ mod train;
 pub use config::{LoraConfig, TrainConfig};
 pub use error::{Error, Result};
 pub use output::OutputPlan;
-pub use train::{loss_and_grads, train, Progress, Summary, Trained};
+pub use train::{loss_and_grads, train, train_examples, Progress, Summary, Trained};

@@ -12,6 +12,51 @@ use crate::data::Example;
 use crate::error::Result;
 use crate::lora::{LoraSet, Target};
 
+/// The teacher's distributions at a batch's target positions (in `positions` order), padded
+/// to `k` candidates: `ids [n, k]` u32, `probs [n, k]` (0 for padding), `on [n]` 1 where a
+/// distribution replaces the label, `neg_entropy [n]` its `sum p log p` (so the loss is the
+/// KL divergence, 0 when the student matches the teacher).
+#[derive(Debug, Clone)]
+pub struct SoftTargets {
+    pub ids: Array,
+    pub probs: Array,
+    pub on: Array,
+    pub neg_entropy: Array,
+}
+
+impl SoftTargets {
+    fn new(rows: &[Option<&Vec<(u32, f32)>>]) -> SoftTargets {
+        let k = rows
+            .iter()
+            .flatten()
+            .map(|r| r.len())
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let n = rows.len();
+        let (mut ids, mut probs) = (vec![0u32; n * k], vec![0f32; n * k]);
+        let (mut on, mut neg_entropy) = (vec![0f32; n], vec![0f32; n]);
+        for (r, row) in rows.iter().enumerate() {
+            let Some(row) = row else { continue };
+            on[r] = 1.0;
+            for (c, &(id, p)) in row.iter().enumerate() {
+                ids[r * k + c] = id;
+                probs[r * k + c] = p;
+                if p > 0.0 {
+                    neg_entropy[r] += p * p.ln();
+                }
+            }
+        }
+        let shape = [n as i32, k as i32];
+        SoftTargets {
+            ids: Array::from_slice(&ids, &shape),
+            probs: Array::from_slice(&probs, &shape),
+            on: Array::from_slice(&on, &[n as i32]),
+            neg_entropy: Array::from_slice(&neg_entropy, &[n as i32]),
+        }
+    }
+}
+
 /// A padded micro-batch: `inputs[b, t]` predicts `targets[b, t]`; only the positions with
 /// weight 1 (not padding, not a masked prompt token) count in the loss, and only their logits
 /// are computed: `positions` indexes them in the flattened `[batch × len]` grid and `labels`
@@ -26,6 +71,8 @@ pub struct Batch {
     /// Hidden states entering block `start` (the frozen blocks below it already run), when
     /// they were cached: `(start, [batch, len, hidden])`.
     pub prefix: Option<(usize, Array)>,
+    /// Distillation targets, when an example has any.
+    pub soft: Option<SoftTargets>,
     /// Tokens fed (without padding).
     pub n_tokens: usize,
     /// Positions that count in the loss.
@@ -46,6 +93,7 @@ impl Batch {
         let mut weights = vec![0f32; rows * len];
         let (mut n_tokens, mut n_targets) = (0, 0);
         let (mut positions, mut labels) = (Vec::new(), Vec::new());
+        let mut soft_rows: Vec<Option<&Vec<(u32, f32)>>> = Vec::new();
         for (r, e) in examples.iter().enumerate() {
             let n = e.ids.len() - 1;
             n_tokens += n;
@@ -57,6 +105,7 @@ impl Batch {
                     n_targets += 1;
                     positions.push((r * len + t) as u32);
                     labels.push(e.ids[t + 1]);
+                    soft_rows.push(e.soft.get(t + 1).and_then(Option::as_ref));
                 }
             }
         }
@@ -68,6 +117,10 @@ impl Batch {
             positions: Array::from_slice(&positions, &[positions.len() as i32]),
             labels: Array::from_slice(&labels, &[labels.len() as i32]),
             prefix: None,
+            soft: soft_rows
+                .iter()
+                .any(Option::is_some)
+                .then(|| SoftTargets::new(&soft_rows)),
             n_tokens,
             n_targets,
         }
@@ -258,7 +311,31 @@ pub fn loss(
         logits: Logits::Positions(batch.positions.clone()),
     };
     let logits = model.run(&mut ForwardCtx::uncached(&batch.inputs), pass, &mut blocks)?;
-    cross_entropy(&logits, &batch.labels)
+    match &batch.soft {
+        Some(soft) => distillation_loss(&logits, &batch.labels, soft),
+        None => cross_entropy(&logits, &batch.labels),
+    }
+}
+
+/// Mean over rows of `KL(teacher || student)` where a row has a teacher distribution, of the
+/// cross-entropy of its label elsewhere: `logits [n, vocab]`, `labels [n]`.
+pub fn distillation_loss(logits: &Array, labels: &Array, soft: &SoftTargets) -> Result<Array> {
+    let n = labels.shape()[0];
+    let logp = logits.subtract(logits.logsumexp_axis(-1, true)?)?;
+    let hard = logp
+        .take_along_axis(labels.reshape(&[n, 1])?, -1)?
+        .reshape(&[n])?
+        .negative()?;
+    let candidates = logp.take_along_axis(&soft.ids, -1)?; // [n, k]
+    let kl = soft
+        .neg_entropy
+        .subtract(soft.probs.multiply(&candidates)?.sum_axis(-1, false)?)?;
+    let one = Array::from_f32(1.0);
+    let per_row = soft
+        .on
+        .multiply(&kl)?
+        .add(one.subtract(&soft.on)?.multiply(&hard)?)?;
+    Ok(per_row.mean(None)?)
 }
 
 /// Mean of `logsumexp(logits) − logits[label]` over rows: `logits [n, vocab]`, `labels [n]`.

@@ -278,6 +278,19 @@ pub fn train(
         });
     }
     let valid_set = encoder.encode_all(&data.valid)?;
+    train_examples(model, &train_set, &valid_set, config, report, stop)
+}
+
+/// [`train`] on rows already tokenized (`train_set` not empty), which may carry a teacher's
+/// distributions ([`Example::soft`]): the loop `gmlx train` and `gmlx distill` share.
+pub fn train_examples(
+    model: &mut Model,
+    train_set: &[Example],
+    valid_set: &[Example],
+    config: &TrainConfig,
+    report: &mut dyn FnMut(&Progress),
+    stop: &AtomicBool,
+) -> Result<Trained> {
     let mut set = LoraSet::new(model, &config.lora, config.seed)?;
     let mut opt = AdamW::new(&set.params, config.weight_decay)?;
     let schedule = Schedule {
@@ -287,13 +300,13 @@ pub fn train(
     };
     let mut order = Order::new(train_set.len(), config.seed);
     memory::reset_peak()?;
-    let train_prefixes = Prefixes::new(model, &set, &train_set)?;
-    let valid_prefixes = Prefixes::new(model, &set, &valid_set)?;
+    let train_prefixes = Prefixes::new(model, &set, train_set)?;
+    let valid_prefixes = Prefixes::new(model, &set, valid_set)?;
     let val = |set: &LoraSet| {
         validate(
             model,
             set,
-            &valid_set,
+            valid_set,
             &valid_prefixes,
             config.batch_size,
             config.val_batches,
@@ -314,7 +327,7 @@ pub fn train(
         let mut step_loss = 0.0f32;
         for micro in 0..config.grad_accum {
             let picked = order.take(config.batch_size);
-            let batch = train_prefixes.batch(&train_set, &picked)?;
+            let batch = train_prefixes.batch(train_set, &picked)?;
             let options = ForwardOptions {
                 checkpoint: config.grad_checkpoint,
                 dropout: Some((

@@ -60,6 +60,7 @@ fn chunked_against_loop(arch: &str) {
     let example = Example {
         target: vec![true; ids.len()],
         ids,
+        soft: Vec::new(),
     };
     let batch = Batch::new(&[&example]);
     let run = || {

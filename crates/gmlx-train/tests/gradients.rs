@@ -19,10 +19,12 @@ fn batch() -> Batch {
     let a = Example {
         ids: vec![504, 3575, 282, 4649, 314, 7042, 30, 198, 504],
         target: vec![true; 9],
+        soft: Vec::new(),
     };
     let b = Example {
         ids: vec![1, 2, 3, 4, 5, 6],
         target: vec![false, false, true, true, true, true],
+        soft: Vec::new(),
     };
     Batch::new(&[&a, &b])
 }

@@ -37,6 +37,7 @@ fn batch(ids: &[u32]) -> Batch {
     let row = Example {
         ids: ids.to_vec(),
         target: vec![true; ids.len()],
+        soft: Vec::new(),
     };
     Batch::new(&[&row])
 }
