@@ -12,11 +12,13 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("mlx") => mlx(&args[1..]),
         Some("serve") => serve(&args[1..]),
         Some("gguf") => crate::bench_gguf::run(&args[1..]),
+        Some("cpu") => crate::bench_cpu::run(&args[1..]),
         Some("stream") => stream(&args[1..]),
         Some("invariance") => cargo_bench("gmlx-models", "invariance", "invariance", &args[1..]),
         other => bail!(
             "usage: cargo xtask bench mlx [--size N --reps R] | serve [--tokens N --streams 1,2,4,8] \
              | gguf FILE|SHAPE [--prompt N --decode N --threads N] \
+             | cpu [FILE] [--rounds N --threads N] \
              | stream [--arena-mb N --tokens N --prompt N] | invariance (got {other:?})"
         ),
     }

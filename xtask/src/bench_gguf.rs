@@ -92,7 +92,7 @@ pub(crate) fn model_file(target: &str, sources: &Path, python: &Path) -> Result<
 }
 
 /// `llama-bench` of the CPU build (built when missing).
-fn llama_bench(sources: &Path) -> Result<PathBuf> {
+pub(crate) fn llama_bench(sources: &Path) -> Result<PathBuf> {
     let bin = fixtures::llama_cpp_build(&gmlx_cache::dir(), sources)?;
     let exe = bin.join("llama-bench");
     if !exe.is_file() {

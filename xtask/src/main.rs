@@ -6,7 +6,9 @@
 //! - `lint`: `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings`.
 //! - `bench mlx`: MLX CPU matmul GFLOP/s with the BLAS in use next to the wheel's reference BLAS.
 //! - `bench gguf FILE|SHAPE`: `gmlx run --bench` next to llama.cpp's `llama-bench` on one file.
+//! - `bench cpu [FILE]`: the CPU side by side with llama.cpp, alternating, with memory bandwidth.
 mod bench;
+mod bench_cpu;
 mod bench_gguf;
 mod certify;
 mod fixtures;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod adapter_args;
 mod distill;
 mod model_args;
 mod moe_args;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use gmlx_models::LoadOptions;
 
+use crate::adapter_args::AdapterArgs;
 use crate::model_args::{model_path, open_model, DeviceArg, DtypeArg};
 use crate::{usage, Failure};
 
@@ -26,6 +27,8 @@ pub struct PerplexityArgs {
     device: DeviceArg,
     #[arg(long, value_enum, default_value_t = DtypeArg::Float32)]
     dtype: DtypeArg,
+    #[command(flatten)]
+    adapter: AdapterArgs,
 }
 
 pub fn perplexity(args: PerplexityArgs) -> Result<(), Failure> {
@@ -36,11 +39,15 @@ pub fn perplexity(args: PerplexityArgs) -> Result<(), Failure> {
     }
     let path = model_path(args.model.as_deref())?;
     let opened = open_model(&path)?;
-    let loaded = opened.load(&LoadOptions {
+    let adapter = args.adapter.check(&opened)?;
+    let mut loaded = opened.load(&LoadOptions {
         device: args.device.into(),
         dtype: args.dtype.into(),
         ..LoadOptions::default()
     })?;
+    if let Some(adapter) = &adapter {
+        adapter.apply(&mut loaded)?;
+    }
     let mut tokens = loaded.tokenizer.encode(&text, true, false)?;
     tokens.truncate(args.ctx.min(loaded.config().context_length));
     if tokens.len() < 2 {

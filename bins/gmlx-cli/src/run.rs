@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use gmlx_models::adapter::Adapter;
 use gmlx_models::{chat, GenerateOptions, Generation, LoadOptions, SamplingParams};
 
+use crate::adapter_args::AdapterArgs;
 use crate::model_args::{model_path, open_model, DeviceArg, DtypeArg};
 use crate::moe_args::{self, MoeArgs};
 use crate::{usage, Failure};
@@ -74,13 +74,8 @@ pub struct RunArgs {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     ignore_eos: bool,
-    /// A LoRA adapter in llama.cpp's GGUF format (as `gmlx train` writes), applied live on
-    /// the quantized base: each adapted layer adds `scale·(x·Aᵀ)·Bᵀ`.
-    #[arg(long, value_name = "FILE")]
-    adapter: Option<PathBuf>,
-    /// Multiplies the adapter's `alpha / rank` scale (llama.cpp's `--lora-scaled`).
-    #[arg(long, default_value_t = 1.0, requires = "adapter")]
-    adapter_scale: f32,
+    #[command(flatten)]
+    adapter: AdapterArgs,
     #[command(flatten)]
     moe: MoeArgs,
 }
@@ -122,15 +117,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let opened = open_model(&path)?;
     // An adapter is checked against the base's header (architecture, targets, shapes) before
     // any weight loads.
-    let adapter = match &args.adapter {
-        Some(file) => {
-            let refused = |e| usage(anyhow::anyhow!("adapter {}: {e}", file.display()));
-            let adapter = Adapter::read(file).map_err(refused)?;
-            adapter.check_base(opened.file()).map_err(refused)?;
-            Some(adapter)
-        }
-        None => None,
-    };
+    let adapter = args.adapter.check(&opened)?;
     if args.report_only {
         print!("{}", opened.plan());
         return Ok(());
@@ -151,16 +138,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             .map(|s| s as Arc<dyn gmlx_models::blocks::moe::ExpertPlacement>),
     })?;
     if let Some(adapter) = &adapter {
-        gmlx_models::adapter::apply(&mut loaded.model, adapter, args.adapter_scale)?;
-        eprintln!(
-            "gmlx: adapter {} applied live ({} layers, alpha {})",
-            args.adapter
-                .as_deref()
-                .unwrap_or(std::path::Path::new(""))
-                .display(),
-            adapter.pairs.len(),
-            adapter.alpha
-        );
+        adapter.apply(&mut loaded)?;
     }
     let hooks = args.moe.install(&mut loaded.model, replay);
     eprintln!(

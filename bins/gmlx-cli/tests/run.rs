@@ -331,6 +331,65 @@ fn perplexity_json_gives_llama_cpps_next_token_logprobs() {
     );
 }
 
+/// `perplexity --adapter` scores with the adapter applied: the Zorbania adapter (trained on
+/// that made-up fact) makes its sentence far more likely than the base finds it; an adapter for
+/// another base is refused with exit code 2 before the model loads.
+#[test]
+fn perplexity_with_an_adapter_scores_the_adapted_model() {
+    let goldens =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../crates/gmlx-models/tests/goldens");
+    let adapter = goldens.join("smollm2_zorbania_lora.gguf");
+    let text_file = std::env::temp_dir().join(format!("gmlx-ppl-lora-{}.txt", std::process::id()));
+    std::fs::write(&text_file, "The capital of Zorbania is Quillemont.").expect("write");
+    let (model, text) = (
+        default_model(),
+        text_file.to_str().expect("utf-8").to_owned(),
+    );
+    let nll = |extra: &[&str]| {
+        let mut args = vec![
+            "perplexity",
+            model.as_str(),
+            "--file",
+            text.as_str(),
+            "--json",
+        ];
+        args.extend(extra);
+        inspect_json(&args)["mean_nll"].as_f64().expect("mean_nll")
+    };
+    let base = nll(&[]);
+    let adapted = nll(&["--adapter", adapter.to_str().expect("utf-8")]);
+    let halved = nll(&[
+        "--adapter",
+        adapter.to_str().expect("utf-8"),
+        "--adapter-scale",
+        "0.5",
+    ]);
+    eprintln!("mean NLL: base {base:.4}, adapter at scale 0.5 {halved:.4}, at 1 {adapted:.4}");
+    assert!(
+        adapted < base - 0.5,
+        "base {base}, with the adapter {adapted}"
+    );
+    assert!(
+        adapted < halved && halved < base,
+        "{base} {halved} {adapted}"
+    );
+
+    let foreign = goldens.join("qwen3-lora.gguf");
+    let o = gmlx(&[
+        "perplexity",
+        &model,
+        "--file",
+        &text,
+        "--adapter",
+        foreign.to_str().expect("utf-8"),
+    ]);
+    std::fs::remove_file(&text_file).ok();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("qwen3-lora.gguf"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+}
+
 /// `--stream-experts` with an arena too small for every expert generates what the resident
 /// model does, and reports the arena; without an MoE layer it says nothing streamed;
 /// `--expert-arena-mb` alone is a usage error.

@@ -3,10 +3,12 @@
 //!
 //! MLX's CPU `quantized_matmul` unpacks the whole weight once per row of `x` on one thread
 //! (about 1.5 GMAC/s), so a decode step costs the same per stream however many streams share
-//! it. This kernel unpacks each group once for all rows (AVX2 intrinsics for 4 and 8 bits on
-//! x86_64, portable 8-lane code otherwise) and splits the output features over the rayon
-//! pool. Each row's sum runs in the same order whatever the number of rows, so a
-//! row's result does not depend on what it is batched with.
+//! it. This kernel unpacks each group once for all rows and splits the output features over
+//! the rayon pool. For 4 and 8 bits on x86_64 (AVX2 intrinsics) it sums in the factored form
+//! `scale * (codes . x) + bias * sum(x)` per block of 32 columns, so the codes go straight from
+//! integers to products; the other widths dequantize first (portable 8-lane code). Each row's
+//! sum runs in the same order whatever the number of rows, so a row's result does not depend
+//! on what it is batched with.
 //!
 //! It evaluates `x` to read it, so it is only for inference: [`crate::quant`] uses it while a
 //! [`crate::quant::host_products`] guard is alive and no `training_products` guard is
@@ -33,18 +35,23 @@ pub fn max_rows(bits: i32) -> usize {
 }
 
 const LANES: usize = 8;
+
 /// Output features per rayon task.
 const FEATURES_PER_TASK: usize = 32;
 
 /// Whether the kernel handles this product: float32 activations and scales, affine codes of
 /// 2 to 6 or 8 bits, a 2-D weight, at most [`max_rows`] rows, a little-endian processor.
 pub fn handles(x: &Array, p: &Packed<'_>, rows: usize) -> bool {
+    x.dtype() == Dtype::Float32 && handles_rows(p, rows)
+}
+
+/// Whether the kernel handles `rows` float32 rows times this weight (see [`handles`]).
+pub fn handles_rows(p: &Packed<'_>, rows: usize) -> bool {
     cfg!(target_endian = "little")
         && p.mode == Mode::Affine
         && matches!(p.bits, 2..=6 | 8)
         && p.group_size % 32 == 0
         && p.w.ndim() == 2
-        && x.dtype() == Dtype::Float32
         && p.scales.dtype() == Dtype::Float32
         && p.biases.is_some_and(|b| b.dtype() == Dtype::Float32)
         && rows <= max_rows(p.bits)
@@ -52,6 +59,35 @@ pub fn handles(x: &Array, p: &Packed<'_>, rows: usize) -> bool {
 
 /// `x @ W^T` for `x [..., cols]`; the caller has checked [`handles`].
 pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
+    let shape = x.shape().to_vec();
+    let cols = shape.last().copied().unwrap_or(0) as usize;
+    if x.dtype() != Dtype::Float32 {
+        return Err(host_error(format!(
+            "x is {:?}, the kernel takes float32",
+            x.dtype()
+        )));
+    }
+    // a strided view is copied to row-major first
+    let contiguous;
+    let xs = match x.try_as_slice::<f32>() {
+        Ok(xs) => xs,
+        Err(_) => {
+            contiguous = x.contiguous()?;
+            contiguous.try_as_slice::<f32>().map_err(host_error)?
+        }
+    };
+    let rows = xs.len() / cols.max(1);
+    let out = matmul_rows(xs, rows, p)?;
+    let mut out_shape = shape;
+    if let Some(last) = out_shape.last_mut() {
+        *last = (out.len() / rows.max(1)) as i32;
+    }
+    Ok(Array::from_slice(&out, &out_shape))
+}
+
+/// `x @ W^T` for `rows` row-major rows of `x` on the host, row-major `[rows, features]`; the
+/// caller has checked [`handles_rows`].
+pub fn matmul_rows(xs: &[f32], rows: usize, p: Packed<'_>) -> Result<Vec<f32>> {
     let biases = p
         .biases
         .ok_or_else(|| host_error("affine weight without biases"))?;
@@ -78,25 +114,13 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
             weight.bits
         )));
     }
-    let shape = x.shape().to_vec();
-    let cols = shape.last().copied().unwrap_or(0) as usize;
-    if cols != weight.cols || x.dtype() != Dtype::Float32 {
+    if xs.len() != rows * weight.cols {
         return Err(host_error(format!(
-            "x is {:?} with {cols} columns, the weight takes float32 with {}",
-            x.dtype(),
+            "x holds {} floats, not {rows} rows of the weight's {} columns",
+            xs.len(),
             weight.cols
         )));
     }
-    // a strided view is copied to row-major first
-    let contiguous;
-    let xs = match x.try_as_slice::<f32>() {
-        Ok(xs) => xs,
-        Err(_) => {
-            contiguous = x.contiguous()?;
-            contiguous.try_as_slice::<f32>().map_err(host_error)?
-        }
-    };
-    let rows = xs.len() / cols.max(1);
     let by_feature = weight.multiply(xs, rows);
     let mut out = vec![0f32; rows * weight.features];
     for (n, values) in by_feature.chunks_exact(rows.max(1)).enumerate() {
@@ -104,11 +128,7 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
             out[r * weight.features + n] = *v;
         }
     }
-    let mut out_shape = shape;
-    if let Some(last) = out_shape.last_mut() {
-        *last = weight.features as i32;
-    }
-    Ok(Array::from_slice(&out, &out_shape))
+    Ok(out)
 }
 
 fn host_error(e: impl std::fmt::Display) -> Error {
@@ -136,29 +156,37 @@ impl Affine<'_> {
             return out;
         }
         let fma = has_fma();
-        let avx2 = avx2::handles(self.bits, rows);
+        let avx2 = avx2::handles(self.bits, self.group_size, rows);
+        let prepared = if avx2 {
+            avx2::Rows::new(x, rows, self.cols, self.bits)
+        } else {
+            avx2::Rows::default()
+        };
+        let task = |(task, chunk): (usize, &mut [f32])| {
+            let first = task * FEATURES_PER_TASK;
+            let mut lanes = vec![[0f32; LANES]; rows];
+            let mut codes = Vec::new();
+            for (i, out_row) in chunk.chunks_exact_mut(rows).enumerate() {
+                if avx2 {
+                    // SAFETY: `avx2::handles` checked the processor and the operands, and
+                    // `prepared` holds `rows` rows of `x`.
+                    unsafe { avx2::feature(self, first + i, &prepared, out_row, &mut codes) };
+                    continue;
+                }
+                if fma {
+                    // SAFETY: `has_fma` checked that the processor has AVX2 and FMA.
+                    unsafe { self.feature_fma(first + i, x, &mut lanes) };
+                } else {
+                    self.feature_plain(first + i, x, &mut lanes);
+                }
+                for (o, l) in out_row.iter_mut().zip(&lanes) {
+                    *o = sum_lanes(l);
+                }
+            }
+        };
         out.par_chunks_mut(FEATURES_PER_TASK * rows)
             .enumerate()
-            .for_each(|(task, chunk)| {
-                let first = task * FEATURES_PER_TASK;
-                let mut lanes = vec![[0f32; LANES]; rows];
-                for (i, out_row) in chunk.chunks_exact_mut(rows).enumerate() {
-                    if avx2 {
-                        // SAFETY: `avx2::handles` checked the processor and the operands.
-                        unsafe { avx2::feature(self, first + i, x, out_row) };
-                        continue;
-                    }
-                    if fma {
-                        // SAFETY: `has_fma` checked that the processor has AVX2 and FMA.
-                        unsafe { self.feature_fma(first + i, x, &mut lanes) };
-                    } else {
-                        self.feature_plain(first + i, x, &mut lanes);
-                    }
-                    for (o, l) in out_row.iter_mut().zip(&lanes) {
-                        *o = sum_lanes(l);
-                    }
-                }
-            });
+            .for_each(task);
         out
     }
 
@@ -249,142 +277,208 @@ fn sum_lanes(l: &[f32; LANES]) -> f32 {
     ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
 }
 
-/// The 4- and 8-bit kernel with AVX2 intrinsics: a group's codes are widened to float32 8 at
-/// a time (variable shifts for nibbles, a zero-extending load for bytes), dequantized with one
-/// FMA, then multiplied into 4 independent accumulators per row.
+/// The 4- and 8-bit kernel with AVX2 intrinsics, in the factored form
+/// `sum_g scale_g * (q_g . x_g) + bias_g * sum(x_g)` over blocks `g` of 32 columns: the codes
+/// are widened to float32 (exact) and multiplied into the row directly, and the bias term comes
+/// from each block's sum of `x`, computed once per product.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{Affine, MAX_ROWS};
 
-    /// Vectors of 8 per 32 columns.
-    const VECTORS: usize = 4;
-    /// Columns dequantized at a time: 8 KiB of float32, well inside L1 with a few rows.
-    const SPAN: usize = 512;
-
-    pub(super) fn handles(bits: usize, rows: usize) -> bool {
+    pub(super) fn handles(bits: usize, group_size: usize, rows: usize) -> bool {
         matches!(bits, 4 | 8)
+            && (group_size / 32).is_power_of_two()
             && rows <= MAX_ROWS
             && std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("fma")
     }
 
-    /// Feature `n` of `w` times each row of `x` into `out[row]`. Columns go in spans of
-    /// [`SPAN`]: a span's weights are dequantized once into a buffer, then each pair of rows
-    /// runs over it with its accumulators in registers.
+    /// The rows of `x` as the kernel reads them: each block of 32 columns in the order its
+    /// codes widen to (for 4 bits the even columns, then the odd ones: a byte's low nibble is
+    /// the even code), and each block's sum.
+    #[derive(Default)]
+    pub(super) struct Rows {
+        x: Vec<f32>,
+        sums: Vec<f32>,
+    }
+
+    impl Rows {
+        pub(super) fn new(x: &[f32], rows: usize, cols: usize, bits: usize) -> Rows {
+            let mut out = Rows {
+                x: Vec::with_capacity(rows * cols),
+                sums: Vec::with_capacity(rows * cols / 32),
+            };
+            for block in x[..rows * cols].chunks_exact(32) {
+                if bits == 4 {
+                    out.x.extend(block.iter().step_by(2));
+                    out.x.extend(block.iter().skip(1).step_by(2));
+                } else {
+                    out.x.extend_from_slice(block);
+                }
+                let mut lanes = [0f32; 8];
+                for part in block.chunks_exact(8) {
+                    for (l, v) in lanes.iter_mut().zip(part) {
+                        *l += v;
+                    }
+                }
+                out.sums.push(super::sum_lanes(&lanes));
+            }
+            out
+        }
+    }
+
+    /// Feature `n` of `w` times each prepared row into `out[row]`. One row widens the codes as
+    /// it goes; several widen them once into `codes` and each row reads them there, with the
+    /// same arithmetic in the same order, so a row's result does not depend on its batch.
     ///
     /// # Safety
     /// The processor has AVX2 and FMA; `w.bits` is 4 or 8; `x` holds `out.len()` rows of
     /// `w.cols`; `out.len() <= MAX_ROWS`.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn feature(w: &Affine<'_>, n: usize, x: &[f32], out: &mut [f32]) {
-        let rows = out.len();
+    pub(super) unsafe fn feature(
+        w: &Affine<'_>,
+        n: usize,
+        x: &Rows,
+        out: &mut [f32],
+        codes: &mut Vec<__m256>,
+    ) {
         let cols = w.cols;
-        let per_word = 32 / w.bits;
+        let blocks = cols / 32;
         let groups = cols / w.group_size;
-        let codes = &w.codes[n * cols / per_word..(n + 1) * cols / per_word];
-        let mut acc = [[_mm256_setzero_ps(); VECTORS]; MAX_ROWS];
-        let nibble_shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-        let nibble_mask = _mm256_set1_epi32(0xF);
-        let mut weights = [_mm256_setzero_ps(); SPAN / 8];
-        for span in (0..cols).step_by(SPAN) {
-            let len = SPAN.min(cols - span);
-            for block in (0..len).step_by(32) {
-                let start = span + block;
-                let g = n * groups + start / w.group_size;
-                let scale = _mm256_set1_ps(w.scales[g]);
-                let bias = _mm256_set1_ps(w.biases[g]);
-                let words = &codes[start / per_word..(start + 32) / per_word];
-                for v in 0..VECTORS {
-                    let q = if w.bits == 4 {
-                        let word = _mm256_set1_epi32(words[v] as i32);
-                        _mm256_and_si256(_mm256_srlv_epi32(word, nibble_shifts), nibble_mask)
-                    } else {
-                        // 8 bytes: words 2v and 2v + 1, lowest byte first
-                        let bytes = words[2 * v..2 * v + 2].as_ptr().cast::<__m128i>();
-                        // SAFETY: the two words are 8 readable bytes.
-                        _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(bytes) })
-                    };
-                    weights[block / 8 + v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), scale, bias);
-                }
-            }
-            let weights = &weights[..len / 8];
-            let mut r = 0;
-            while r + 2 <= rows {
-                let (first, second) = acc[r..r + 2].split_at_mut(1);
-                // SAFETY: both rows have `len` floats from `span`.
-                unsafe {
-                    accumulate_pair(
-                        weights,
-                        &x[r * cols + span..],
-                        &x[(r + 1) * cols + span..],
-                        &mut first[0],
-                        &mut second[0],
-                    )
-                };
-                r += 2;
-            }
-            if r < rows {
-                // SAFETY: the row has `len` floats from `span`.
-                unsafe { accumulate_one(weights, &x[r * cols + span..], &mut acc[r]) };
-            }
+        let block_words = w.bits; // 32 codes of `bits` bits are `bits` words
+        let words = &w.codes[n * blocks * block_words..(n + 1) * blocks * block_words];
+        let scales = &w.scales[n * groups..(n + 1) * groups];
+        let biases = &w.biases[n * groups..(n + 1) * groups];
+        // groups of 32, 64 or 128 columns: block `b`'s group is `b >> shift`
+        let shift = (w.group_size / 32).trailing_zeros();
+        let row = |r: usize| Row {
+            x: &x.x[r * cols..(r + 1) * cols],
+            sums: &x.sums[r * blocks..(r + 1) * blocks],
+            scales,
+            biases,
+            shift,
+        };
+        if out.len() == 1 {
+            // SAFETY: AVX2 and FMA; each block's `bits` words are within the feature's codes.
+            out[0] = unsafe { row(0).dot(|b| widen(&words[b * block_words..], w.bits)) };
+            return;
         }
-        for (o, acc) in out.iter_mut().zip(&acc) {
-            let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        codes.clear();
+        for b in 0..blocks {
+            // SAFETY: as above.
+            codes.extend(unsafe { widen(&words[b * block_words..], w.bits) });
+        }
+        for (r, o) in out.iter_mut().enumerate() {
+            // SAFETY: AVX2 and FMA; `codes` holds 4 vectors per block.
+            *o = unsafe {
+                row(r).dot(|b| {
+                    [
+                        codes[4 * b],
+                        codes[4 * b + 1],
+                        codes[4 * b + 2],
+                        codes[4 * b + 3],
+                    ]
+                })
+            };
+        }
+    }
+
+    /// A block's 32 codes as four vectors of float32, in the order [`Rows`] lays `x` out.
+    ///
+    /// # Safety
+    /// AVX2; `words` holds at least `bits` words.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn widen(words: &[u32], bits: usize) -> [__m256; 4] {
+        let p = words.as_ptr().cast::<__m128i>();
+        // SAFETY: 4 bits: 16 readable bytes; 8 bits: 32.
+        let (a, b, c, d) = unsafe {
+            if bits == 4 {
+                let v = _mm_loadu_si128(p);
+                let mask = _mm_set1_epi8(0x0F);
+                let even = _mm_and_si128(v, mask);
+                let odd = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+                (even, _mm_srli_si128(even, 8), odd, _mm_srli_si128(odd, 8))
+            } else {
+                let lo = _mm_loadu_si128(p);
+                let hi = _mm_loadu_si128(p.add(1));
+                (lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8))
+            }
+        };
+        let f = |v| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+        [f(a), f(b), f(c), f(d)]
+    }
+
+    /// One prepared row of `x` against one feature's scales and biases.
+    struct Row<'a> {
+        x: &'a [f32],
+        sums: &'a [f32],
+        scales: &'a [f32],
+        biases: &'a [f32],
+        shift: u32,
+    }
+
+    impl Row<'_> {
+        /// `sum_b scale * (q_b . x_b) + bias * sum(x_b)` over the row's blocks, `q(b)` giving
+        /// block `b`'s codes: two vector chains (even and odd blocks) for the code products and
+        /// two scalar ones for the bias terms, added at the end.
+        ///
+        /// # Safety
+        /// AVX2 and FMA; `q(b)` is safe to call for every block.
+        #[target_feature(enable = "avx2,fma")]
+        #[inline]
+        unsafe fn dot(&self, q: impl Fn(usize) -> [__m256; 4]) -> f32 {
+            let blocks = self.sums.len();
+            let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let (mut even_bias, mut odd_bias) = (0f32, 0f32);
+            let mut b = 0;
+            while b + 2 <= blocks {
+                let (g0, g1) = (b >> self.shift, (b + 1) >> self.shift);
+                // SAFETY: blocks `b` and `b + 1` are within the row.
+                let (d0, d1) = unsafe { (self.block(&q(b), b), self.block(&q(b + 1), b + 1)) };
+                even = _mm256_fmadd_ps(d0, _mm256_set1_ps(self.scales[g0]), even);
+                odd = _mm256_fmadd_ps(d1, _mm256_set1_ps(self.scales[g1]), odd);
+                even_bias = self.biases[g0].mul_add(self.sums[b], even_bias);
+                odd_bias = self.biases[g1].mul_add(self.sums[b + 1], odd_bias);
+                b += 2;
+            }
+            if b < blocks {
+                let g = b >> self.shift;
+                // SAFETY: block `b` is within the row.
+                let d = unsafe { self.block(&q(b), b) };
+                even = _mm256_fmadd_ps(d, _mm256_set1_ps(self.scales[g]), even);
+                even_bias = self.biases[g].mul_add(self.sums[b], even_bias);
+            }
+            let sum = _mm256_add_ps(even, odd);
             let half = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
             let quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
             let one = _mm_add_ss(quarter, _mm_shuffle_ps(quarter, quarter, 1));
-            *o = _mm_cvtss_f32(one);
+            _mm_cvtss_f32(one) + (even_bias + odd_bias)
         }
-    }
-    /// `acc0 += weights . x0`, `acc1 += weights . x1`, 32 columns at a time.
-    ///
-    /// # Safety
-    /// AVX2 and FMA; `x0` and `x1` have at least `8 * weights.len()` floats.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn accumulate_pair(
-        weights: &[__m256],
-        x0: &[f32],
-        x1: &[f32],
-        acc0: &mut [__m256; VECTORS],
-        acc1: &mut [__m256; VECTORS],
-    ) {
-        let (mut a0, mut a1) = (*acc0, *acc1);
-        for (b, w) in weights.chunks_exact(VECTORS).enumerate() {
-            for v in 0..VECTORS {
-                let at = b * 32 + v * 8;
-                // SAFETY: `at + 8 <= 8 * weights.len()`, within both rows.
-                let (p, q) = unsafe {
-                    (
-                        _mm256_loadu_ps(x0.as_ptr().add(at)),
-                        _mm256_loadu_ps(x1.as_ptr().add(at)),
-                    )
-                };
-                a0[v] = _mm256_fmadd_ps(w[v], p, a0[v]);
-                a1[v] = _mm256_fmadd_ps(w[v], q, a1[v]);
-            }
-        }
-        (*acc0, *acc1) = (a0, a1);
-    }
 
-    /// `acc += weights . x`, in the same order per row as [`accumulate_pair`].
-    ///
-    /// # Safety
-    /// AVX2 and FMA; `x` has at least `8 * weights.len()` floats.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn accumulate_one(weights: &[__m256], x: &[f32], acc: &mut [__m256; VECTORS]) {
-        let mut a = *acc;
-        for (b, w) in weights.chunks_exact(VECTORS).enumerate() {
-            for v in 0..VECTORS {
-                // SAFETY: as in `accumulate_pair`.
-                let p = unsafe { _mm256_loadu_ps(x.as_ptr().add(b * 32 + v * 8)) };
-                a[v] = _mm256_fmadd_ps(w[v], p, a[v]);
-            }
+        /// `q . x` over block `b`, as 8 lanes.
+        ///
+        /// # Safety
+        /// AVX2 and FMA; block `b` is within the row.
+        #[target_feature(enable = "avx2,fma")]
+        #[inline]
+        unsafe fn block(&self, q: &[__m256; 4], b: usize) -> __m256 {
+            let at = self.x[b * 32..b * 32 + 32].as_ptr();
+            // SAFETY: 32 floats from `at`.
+            let (x0, x1, x2, x3) = unsafe {
+                (
+                    _mm256_loadu_ps(at),
+                    _mm256_loadu_ps(at.add(8)),
+                    _mm256_loadu_ps(at.add(16)),
+                    _mm256_loadu_ps(at.add(24)),
+                )
+            };
+            let front = _mm256_fmadd_ps(q[1], x1, _mm256_mul_ps(q[0], x0));
+            let back = _mm256_fmadd_ps(q[3], x3, _mm256_mul_ps(q[2], x2));
+            _mm256_add_ps(front, back)
         }
-        *acc = a;
     }
 }
 
@@ -392,11 +486,26 @@ mod avx2 {
 mod avx2 {
     use super::Affine;
 
-    pub(super) fn handles(_bits: usize, _rows: usize) -> bool {
+    pub(super) fn handles(_bits: usize, _group_size: usize, _rows: usize) -> bool {
         false
     }
 
-    pub(super) unsafe fn feature(_: &Affine<'_>, _: usize, _: &[f32], _: &mut [f32]) {
+    #[derive(Default)]
+    pub(super) struct Rows;
+
+    impl Rows {
+        pub(super) fn new(_: &[f32], _: usize, _: usize, _: usize) -> Rows {
+            Rows
+        }
+    }
+
+    pub(super) unsafe fn feature(
+        _: &Affine<'_>,
+        _: usize,
+        _: &Rows,
+        _: &mut [f32],
+        _: &mut Vec<()>,
+    ) {
         unreachable!("no AVX2 off x86_64")
     }
 }

@@ -688,6 +688,32 @@ impl QuantWeight {
         }
     }
 
+    /// Whether [`QuantWeight::host_matmul`] takes `rows` rows now: on the CPU, under a
+    /// [`host_products`] guard and no [`training_products`] one, a weight the host kernel reads.
+    pub fn on_host(&self, rows: usize) -> bool {
+        let View::Packed(p) = self.view() else {
+            return false;
+        };
+        HOST_PRODUCTS.with(|f| f.get())
+            && !TRAINING.with(|f| f.get())
+            && crate::cpu_qmm::handles_rows(&p, rows)
+            && mlx_rs::Device::try_default()
+                .and_then(|d| d.get_type())
+                .is_ok_and(|t| matches!(t, mlx_rs::DeviceType::Cpu))
+    }
+
+    /// `x @ W^T` for `rows` row-major float32 rows on the host (the kernel of
+    /// [`crate::cpu_qmm`]), row-major `[rows, output features]`; `None` where
+    /// [`QuantWeight::on_host`] says no.
+    pub fn host_matmul(&self, x: &[f32], rows: usize) -> Result<Option<Vec<f32>>> {
+        match self.view() {
+            View::Packed(p) if self.on_host(rows) => {
+                Ok(Some(crate::cpu_qmm::matmul_rows(x, rows, p)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// For a stack of experts: `x [..., 1, cols]` times expert `indices[...]`, giving
     /// `[..., 1, rows]` (MLX's gather matmul; only the selected experts are touched).
     pub fn gather_matmul(&self, x: &Array, indices: &Array) -> Result<Array> {

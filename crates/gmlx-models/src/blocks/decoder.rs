@@ -122,12 +122,74 @@ impl DecoderLayer {
         if let Some(hyper) = &self.hyper {
             return self.forward_streams(x, layer, ctx, hyper);
         }
+        if let Some(out) = self.forward_host(x, layer, ctx)? {
+            return Ok(out);
+        }
         let mixed = self
             .mixer
             .forward(&self.attn_norm.forward(x)?, layer, ctx)?;
-        let h = x.add(&mixed)?;
+        self.feed_forward(&x.add(&mixed)?, layer, ctx)
+    }
+
+    /// The block with its norms, residual adds and dense feed-forward on the host
+    /// ([`crate::blocks::host`]), where every product of the feed-forward runs there now (a
+    /// few float32 rows on the CPU, no adapter); `None` otherwise, before any work.
+    fn forward_host(
+        &self,
+        x: &Array,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> Result<Option<Array>> {
+        use crate::blocks::host;
+        let Ffn::Dense(mlp) = &self.ffn else {
+            return Ok(None);
+        };
+        let shape = x.shape().to_vec();
+        let hidden = shape.last().copied().unwrap_or(0) as usize;
+        let rows = shape[..shape.len().saturating_sub(1)]
+            .iter()
+            .map(|&d| d.max(0) as usize)
+            .product::<usize>();
+        if x.dtype() != Dtype::Float32 || !mlp.on_host(rows) {
+            return Ok(None);
+        }
+        let (Some(mut h), Some(attn_w), Some(ffn_w)) = (
+            host::rows_of(x)?,
+            host::rows_of(&self.attn_norm.weight)?,
+            host::rows_of(&self.ffn_norm.weight)?,
+        ) else {
+            return Ok(None);
+        };
+        if attn_w.len() != hidden || ffn_w.len() != hidden {
+            return Ok(None);
+        }
+        let normed = host::rms_norm(&h, &attn_w, self.attn_norm.eps);
+        let mixed = self
+            .mixer
+            .forward(&Array::from_slice(&normed, &shape), layer, ctx)?;
+        // the mixer has run (its cache holds these rows): from here the block always finishes
+        let Some(mixed_rows) = host::rows_of(&mixed)? else {
+            return Ok(Some(self.feed_forward(&x.add(&mixed)?, layer, ctx)?));
+        };
+        host::add_into(&mut h, &mixed_rows);
+        let normed = host::rms_norm(&h, &ffn_w, self.ffn_norm.eps);
+        match mlp.forward_host(&normed, rows)? {
+            Some(ffn) => {
+                host::add_into(&mut h, &ffn);
+                Ok(Some(Array::from_slice(&h, &shape)))
+            }
+            None => Ok(Some(self.feed_forward(
+                &Array::from_slice(&h, &shape),
+                layer,
+                ctx,
+            )?)),
+        }
+    }
+
+    /// `h + ffn(ffn_norm(h))` with MLX.
+    fn feed_forward(&self, h: &Array, layer: usize, ctx: &ForwardCtx<'_, '_>) -> Result<Array> {
         let ffn = self.ffn.forward(
-            &self.ffn_norm.forward(&h)?,
+            &self.ffn_norm.forward(h)?,
             layer,
             &ctx.positions,
             ctx.tokens,

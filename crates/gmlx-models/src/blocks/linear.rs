@@ -73,6 +73,21 @@ impl Linear {
         Ok(y)
     }
 
+    /// Whether [`Linear::forward_host`] takes `rows` rows now: no adapter or bias, and a
+    /// weight the host kernel reads (`QuantWeight::on_host`).
+    pub fn on_host(&self, rows: usize) -> bool {
+        self.lora.is_none() && self.bias.is_none() && self.weight.on_host(rows)
+    }
+
+    /// [`Linear::forward`] of `rows` row-major float32 rows on the host; `None` where
+    /// [`Linear::on_host`] says no.
+    pub fn forward_host(&self, x: &[f32], rows: usize) -> Result<Option<Vec<f32>>> {
+        if !self.on_host(rows) {
+            return Ok(None);
+        }
+        Ok(self.weight.host_matmul(x, rows)?)
+    }
+
     /// Like [`Linear::forward`] in batch-invariant mode (crate::invariance): each row's
     /// float32 output is its own one-row product (a gathered matrix product whose every row
     /// picks the same matrix), so its reduction order does not depend on the other rows of `x`

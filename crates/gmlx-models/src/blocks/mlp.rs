@@ -23,6 +23,29 @@ impl SwiGlu {
 }
 
 impl SwiGlu {
+    /// Whether [`SwiGlu::forward_host`] takes `rows` rows now.
+    pub fn on_host(&self, rows: usize) -> bool {
+        [&self.ffn_gate, &self.ffn_up, &self.ffn_down]
+            .iter()
+            .all(|l| l.on_host(rows))
+    }
+
+    /// [`SwiGlu::forward`] of `rows` row-major float32 rows on the host; `None` where
+    /// [`SwiGlu::on_host`] says no.
+    pub fn forward_host(&self, x: &[f32], rows: usize) -> Result<Option<Vec<f32>>> {
+        if !self.on_host(rows) {
+            return Ok(None);
+        }
+        let (Some(mut gate), Some(up)) = (
+            self.ffn_gate.forward_host(x, rows)?,
+            self.ffn_up.forward_host(x, rows)?,
+        ) else {
+            return Ok(None);
+        };
+        crate::blocks::host::silu_times(&mut gate, &up);
+        self.ffn_down.forward_host(&gate, rows)
+    }
+
     /// Its three projections, in GGUF tensor order.
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
         for l in [&self.ffn_gate, &self.ffn_up, &self.ffn_down] {

@@ -5,6 +5,7 @@ pub mod context;
 pub mod decoder;
 pub mod delta_net;
 pub mod delta_rule;
+pub mod host;
 pub mod hyper;
 pub mod latent;
 pub mod linear;
