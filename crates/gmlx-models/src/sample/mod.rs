@@ -55,10 +55,15 @@ impl Sampler {
         if candidates.is_empty() {
             return argmax(logits);
         }
-        candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        // most likely first, the lower id first among equals: a total order, so keeping the
+        // top k by selection and sorting only those is the full sort's first k
+        let order =
+            |a: &(TokenId, f32), b: &(TokenId, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && candidates.len() > p.top_k {
+            candidates.select_nth_unstable_by(p.top_k - 1, order);
             candidates.truncate(p.top_k);
         }
+        candidates.sort_by(order);
         let probs = softmax(&candidates, 1.0);
         if p.top_p < 1.0 {
             let mut mass = 0.0;
@@ -208,6 +213,32 @@ mod tests {
                 assert_eq!(s.sample(&mut logits.clone()), 1);
             }
         }
+    }
+
+    #[test]
+    fn top_k_draws_as_if_every_other_token_were_masked() {
+        // ties everywhere (7 distinct values over 200 ids): the k kept are the most likely, the
+        // lower ids first among equals, in the order a full sort gives
+        let logits: Vec<f32> = (0..200).map(|i| ((i * 3) % 7) as f32 * 0.4).collect();
+        let k = 45;
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        let mut masked = vec![f32::NEG_INFINITY; logits.len()];
+        for &i in &order[..k] {
+            masked[i] = logits[i];
+        }
+        let draw = |top_k: usize, row: &[f32]| {
+            let mut s = Sampler::new(SamplingParams {
+                temperature: 0.8,
+                top_k,
+                seed: Some(11),
+                ..params()
+            });
+            (0..200)
+                .map(|_| s.sample(&mut row.to_vec()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draw(k, &logits), draw(0, &masked));
     }
 
     #[test]
