@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::{bench_gguf, cargo, run_command, setup};
+use crate::{bench_gguf, setup};
 
 struct Options {
     file: Option<PathBuf>,
@@ -54,23 +54,7 @@ struct Rates {
 }
 
 fn llama(exe: &Path, file: &Path, threads: usize) -> Result<Rates> {
-    let out = Command::new(exe)
-        .arg("-m")
-        .arg(file)
-        .args(["-p", "128,512", "-n", "128", "-r", "1"])
-        .args(["-t", &threads.to_string(), "-o", "json"])
-        .env("LD_LIBRARY_PATH", exe.parent().context("bin")?)
-        .output()
-        .context("run llama-bench")?;
-    if !out.status.success() {
-        bail!(
-            "llama-bench failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let rows: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("llama-bench JSON")?;
-    let rows = rows.as_array().context("llama-bench rows")?;
+    let rows = bench_gguf::llama_bench_rows(exe, file, &["-p", "128,512", "-n", "128"], threads)?;
     let rate = |prompt: u64, gen: u64| -> Result<f64> {
         rows.iter()
             .find(|r| r["n_prompt"].as_u64() == Some(prompt) && r["n_gen"].as_u64() == Some(gen))
@@ -178,11 +162,7 @@ pub fn run(args: &[String]) -> Result<()> {
         None => gmlx_cache::default_model::fetch()?,
     };
     let llama_exe = bench_gguf::llama_bench(&refs.llama_cpp)?;
-    run_command(cargo().args(["build", "--release", "-p", "gmlx-cli"]))?;
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| setup::workspace_root().join("target"));
-    let gmlx_exe = target_dir.join("release/gmlx");
+    let gmlx_exe = bench_gguf::release_gmlx()?;
 
     let bandwidth = memory_bandwidth(o.threads);
     eprintln!(

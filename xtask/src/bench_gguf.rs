@@ -109,11 +109,39 @@ pub(crate) fn llama_bench(sources: &Path) -> Result<PathBuf> {
 
 /// llama.cpp's prefill and decode tokens per second.
 fn run_llama(exe: &Path, file: &Path, o: &Options) -> Result<(f64, f64)> {
+    let (prompt, decode) = (o.prompt.to_string(), o.decode.to_string());
+    let rows = llama_bench_rows(exe, file, &["-p", &prompt, "-n", &decode], o.threads)?;
+    let rate = |prompt: bool| -> Result<f64> {
+        rows.iter()
+            .find(|r| (r["n_prompt"].as_u64().unwrap_or(0) > 0) == prompt)
+            .and_then(|r| r["avg_ts"].as_f64())
+            .context("llama-bench row")
+    };
+    Ok((rate(true)?, rate(false)?))
+}
+
+/// `gmlx` built in release, its path.
+pub(crate) fn release_gmlx() -> Result<PathBuf> {
+    run_command(cargo().args(["build", "--release", "-p", "gmlx-cli"]))?;
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| setup::workspace_root().join("target"));
+    Ok(target_dir.join("release/gmlx"))
+}
+
+/// The JSON rows of one `llama-bench` run on `file` (`-r 1`, `threads` threads) with `tests`
+/// (`-p ... -n ...`).
+pub(crate) fn llama_bench_rows(
+    exe: &Path,
+    file: &Path,
+    tests: &[&str],
+    threads: usize,
+) -> Result<Vec<serde_json::Value>> {
     let out = Command::new(exe)
         .arg("-m")
         .arg(file)
-        .args(["-p", &o.prompt.to_string(), "-n", &o.decode.to_string()])
-        .args(["-r", "1", "-t", &o.threads.to_string(), "-o", "json"])
+        .args(tests)
+        .args(["-r", "1", "-t", &threads.to_string(), "-o", "json"])
         .env("LD_LIBRARY_PATH", exe.parent().context("bin")?)
         .output()
         .context("run llama-bench")?;
@@ -125,15 +153,10 @@ fn run_llama(exe: &Path, file: &Path, o: &Options) -> Result<(f64, f64)> {
     }
     let rows: serde_json::Value =
         serde_json::from_slice(&out.stdout).context("llama-bench JSON")?;
-    let rate = |prompt: bool| -> Result<f64> {
-        rows.as_array()
-            .context("llama-bench rows")?
-            .iter()
-            .find(|r| (r["n_prompt"].as_u64().unwrap_or(0) > 0) == prompt)
-            .and_then(|r| r["avg_ts"].as_f64())
-            .context("llama-bench row")
-    };
-    Ok((rate(true)?, rate(false)?))
+    match rows {
+        serde_json::Value::Array(rows) => Ok(rows),
+        _ => bail!("llama-bench rows: not a JSON array"),
+    }
 }
 
 /// gmlx's prefill and decode tokens per second, from its `--bench` table.
@@ -173,11 +196,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let sources = refs.llama_cpp.clone();
     let file = model_file(&o.target, &sources, &refs.python)?;
     let llama = llama_bench(&sources)?;
-    run_command(cargo().args(["build", "--release", "-p", "gmlx-cli"]))?;
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| setup::workspace_root().join("target"));
-    let gmlx = target_dir.join("release/gmlx");
+    let gmlx = release_gmlx()?;
 
     eprintln!(
         "xtask: llama-bench -p {} -n {} -t {}",

@@ -10,7 +10,7 @@ use gmlx_train::distill::{self, TeacherSettings};
 use gmlx_train::OutputPlan;
 
 use crate::model_args::{open_model, DeviceArg};
-use crate::train::{config, on_interrupt, tf32_notice, LoraArgs, STOP};
+use crate::train::{config, on_interrupt, tf32_notice, write_adapter, LoraArgs, STOP};
 use crate::{usage, Failure};
 
 #[derive(Args)]
@@ -200,22 +200,6 @@ pub fn distill(args: DistillArgs) -> Result<(), Failure> {
         &config,
         &mut |p| eprintln!("gmlx: {p}"),
         &STOP,
-    )
-    .map_err(|e| match e {
-        gmlx_train::Error::Interrupted { .. } => Failure {
-            code: 130,
-            error: e.into(),
-        },
-        e => e.into(),
-    })?;
-    out.write(&trained.adapter)?;
-    eprintln!("gmlx: {}", trained.summary);
-    eprintln!(
-        "gmlx: wrote {} ({} tensor pairs, rank {}, alpha {})",
-        out.file.display(),
-        trained.adapter.pairs.len(),
-        config.lora.rank,
-        config.lora.alpha
     );
-    Ok(())
+    write_adapter(trained, &out, &config)
 }

@@ -228,8 +228,18 @@ pub fn train(args: TrainArgs) -> Result<(), Failure> {
         &config,
         &mut |p| eprintln!("gmlx: {p}"),
         &STOP,
-    )
-    .map_err(|e| match e {
+    );
+    write_adapter(trained, &out, &config)
+}
+
+/// Writes a finished run's adapter and reports it; an interrupted run exits with 130 and
+/// writes nothing.
+pub(crate) fn write_adapter(
+    trained: gmlx_train::Result<gmlx_train::Trained>,
+    out: &OutputPlan,
+    config: &TrainConfig,
+) -> Result<(), Failure> {
+    let trained = trained.map_err(|e| match e {
         gmlx_train::Error::Interrupted { .. } => Failure {
             code: 130,
             error: e.into(),

@@ -2,26 +2,11 @@
 //! teaching itself five made-up facts it then answers without the documents (held-out
 //! paraphrases, against the base model), and a teacher with another tokenizer (the qwen3
 //! fixture) whose answers the student learns by byte alignment.
+mod common;
+
+use common::{assert_refused, default_model, gmlx, stderr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn gmlx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gmlx"))
-        .args(args)
-        .output()
-        .expect("run gmlx")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn default_model() -> String {
-    gmlx_models::default_model::fetch()
-        .expect("the default model")
-        .display()
-        .to_string()
-}
+use std::process::Output;
 
 fn facts_dir() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/distill-facts").to_owned()
@@ -29,10 +14,7 @@ fn facts_dir() -> String {
 
 /// A fresh, empty scratch folder for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gmlx-distill-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch");
-    dir
+    common::scratch("distill", name)
 }
 
 fn distill(teacher: &str, student: &str, data: &str, out: &Path, extra: &[&str]) -> Output {
@@ -41,14 +23,6 @@ fn distill(teacher: &str, student: &str, data: &str, out: &Path, extra: &[&str])
     args.extend(["--data", data, "--adapter-out", &out]);
     args.extend(extra);
     gmlx(&args)
-}
-
-/// Exit code 2, a one-line message containing `needle`.
-fn assert_refused(out: &Output, needle: &str) {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-    assert!(err.contains(needle), "{needle:?} not in {err:?}");
 }
 
 #[test]

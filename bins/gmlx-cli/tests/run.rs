@@ -1,20 +1,8 @@
 //! `gmlx run` and `gmlx inspect` end to end: output and exit codes.
+mod common;
+
+use common::{default_model, gmlx, stderr};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn gmlx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gmlx"))
-        .args(args)
-        .output()
-        .expect("run gmlx")
-}
-
-fn default_model() -> String {
-    gmlx_models::default_model::fetch()
-        .expect("the default model")
-        .display()
-        .to_string()
-}
 
 /// A certification fixture's path.
 fn fixture(arch: &str, codec: &str) -> String {
@@ -22,10 +10,6 @@ fn fixture(arch: &str, codec: &str) -> String {
         .join(format!("../../tests/fixtures/{arch}/{arch}-{codec}.gguf"))
         .display()
         .to_string()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// A GGUF that parses but asks for an architecture gmlx does not run.

@@ -1,26 +1,11 @@
 //! `gmlx train` and `gmlx run --adapter` end to end: refusals before load (exit 2, one line,
 //! nothing left behind), adapter-file rejections, a run that learns a made-up fact, and the
 //! written adapter read back by gguf-py's `GGUFReader`.
+mod common;
+
+use common::{assert_refused, default_model, gmlx, stderr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn gmlx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gmlx"))
-        .args(args)
-        .output()
-        .expect("run gmlx")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn default_model() -> String {
-    gmlx_models::default_model::fetch()
-        .expect("the default model")
-        .display()
-        .to_string()
-}
 
 fn data_dir() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/made-up-fact").to_owned()
@@ -28,10 +13,7 @@ fn data_dir() -> String {
 
 /// A fresh, empty scratch folder for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gmlx-train-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch");
-    dir
+    common::scratch("train", name)
 }
 
 /// `gmlx train MODEL --data DATA --adapter-out OUT`: rank 8, 12 steps of batch 2 at lr 1e-2,
@@ -67,14 +49,6 @@ fn listing(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// Exit code 2, a one-line message containing `needle`.
-fn assert_refused(out: &Output, needle: &str) {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-    assert!(err.contains(needle), "{needle:?} not in {err:?}");
 }
 
 #[test]

@@ -47,22 +47,7 @@ impl Example {
 
 /// Reads `dir/train.jsonl` and, when present, `dir/valid.jsonl`.
 pub fn read_dir(dir: &Path) -> Result<Dataset> {
-    if !dir.is_dir() {
-        return Err(Error::MissingDataDir {
-            path: dir.to_owned(),
-        });
-    }
-    let train_path = dir.join("train.jsonl");
-    if !train_path.is_file() {
-        return Err(Error::MissingTrainFile { path: train_path });
-    }
-    let train = read_file(&train_path)?;
-    let valid_path = dir.join("valid.jsonl");
-    let valid = if valid_path.is_file() {
-        read_file(&valid_path)?
-    } else {
-        Vec::new()
-    };
+    let (train, valid, train_path) = read_folder(dir, parse_row)?;
     Ok(Dataset {
         train,
         valid,
@@ -72,6 +57,40 @@ pub fn read_dir(dir: &Path) -> Result<Dataset> {
 
 /// Reads one JSONL file; blank lines are skipped; a bad row names its file and line.
 pub fn read_file(path: &Path) -> Result<Vec<Row>> {
+    read_jsonl(path, parse_row)
+}
+
+/// A data folder's `train.jsonl` (required) and `valid.jsonl` (when present), each line read by
+/// `parse`; with the train file's path.
+pub(crate) fn read_folder<T>(
+    dir: &Path,
+    parse: fn(&str) -> std::result::Result<T, String>,
+) -> Result<(Vec<T>, Vec<T>, PathBuf)> {
+    if !dir.is_dir() {
+        return Err(Error::MissingDataDir {
+            path: dir.to_owned(),
+        });
+    }
+    let train_path = dir.join("train.jsonl");
+    if !train_path.is_file() {
+        return Err(Error::MissingTrainFile { path: train_path });
+    }
+    let train = read_jsonl(&train_path, parse)?;
+    let valid_path = dir.join("valid.jsonl");
+    let valid = if valid_path.is_file() {
+        read_jsonl(&valid_path, parse)?
+    } else {
+        Vec::new()
+    };
+    Ok((train, valid, train_path))
+}
+
+/// One JSONL file, each non-blank line read by `parse`; a bad row names its file and line, and
+/// a file without rows is an error.
+pub(crate) fn read_jsonl<T>(
+    path: &Path,
+    parse: fn(&str) -> std::result::Result<T, String>,
+) -> Result<Vec<T>> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
         path: path.to_owned(),
         source,
@@ -81,12 +100,11 @@ pub fn read_file(path: &Path) -> Result<Vec<Row>> {
         if line.trim().is_empty() {
             continue;
         }
-        let row = parse_row(line).map_err(|reason| Error::BadRow {
+        rows.push(parse(line).map_err(|reason| Error::BadRow {
             path: path.to_owned(),
             line: i + 1,
             reason,
-        })?;
-        rows.push(row);
+        })?);
     }
     if rows.is_empty() {
         return Err(Error::EmptyData {

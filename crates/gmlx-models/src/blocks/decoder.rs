@@ -153,17 +153,20 @@ impl DecoderLayer {
         if x.dtype() != Dtype::Float32 || !mlp.on_host(rows) {
             return Ok(None);
         }
-        let (Some(mut h), Some(attn_w), Some(ffn_w)) = (
-            host::rows_of(x)?,
-            host::rows_of(&self.attn_norm.weight)?,
-            host::rows_of(&self.ffn_norm.weight)?,
+        // the norm weights are resident: read in place
+        let (Ok(attn_w), Ok(ffn_w)) = (
+            self.attn_norm.weight.try_as_slice::<f32>(),
+            self.ffn_norm.weight.try_as_slice::<f32>(),
         ) else {
             return Ok(None);
         };
         if attn_w.len() != hidden || ffn_w.len() != hidden {
             return Ok(None);
         }
-        let normed = host::rms_norm(&h, &attn_w, self.attn_norm.eps);
+        let Some(mut h) = host::rows_of(x)? else {
+            return Ok(None);
+        };
+        let normed = host::rms_norm(&h, attn_w, self.attn_norm.eps);
         let mixed = self
             .mixer
             .forward(&Array::from_slice(&normed, &shape), layer, ctx)?;
@@ -172,7 +175,7 @@ impl DecoderLayer {
             return Ok(Some(self.feed_forward(&x.add(&mixed)?, layer, ctx)?));
         };
         host::add_into(&mut h, &mixed_rows);
-        let normed = host::rms_norm(&h, &ffn_w, self.ffn_norm.eps);
+        let normed = host::rms_norm(&h, ffn_w, self.ffn_norm.eps);
         match mlp.forward_host(&normed, rows)? {
             Some(ffn) => {
                 host::add_into(&mut h, &ffn);

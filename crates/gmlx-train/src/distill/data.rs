@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// One document and the questions asked about it.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,51 +24,12 @@ pub struct Documents {
 
 /// Reads `dir/train.jsonl` and, when present, `dir/valid.jsonl`.
 pub fn read_dir(dir: &Path) -> Result<Documents> {
-    if !dir.is_dir() {
-        return Err(Error::MissingDataDir {
-            path: dir.to_owned(),
-        });
-    }
-    let train_path = dir.join("train.jsonl");
-    if !train_path.is_file() {
-        return Err(Error::MissingTrainFile { path: train_path });
-    }
-    let train = read_file(&train_path)?;
-    let valid_path = dir.join("valid.jsonl");
-    let valid = if valid_path.is_file() {
-        read_file(&valid_path)?
-    } else {
-        Vec::new()
-    };
+    let (train, valid, train_path) = crate::data::read_folder(dir, parse)?;
     Ok(Documents {
         train,
         valid,
         train_path,
     })
-}
-
-fn read_file(path: &Path) -> Result<Vec<Document>> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    let mut docs = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        docs.push(parse(line).map_err(|reason| Error::BadRow {
-            path: path.to_owned(),
-            line: i + 1,
-            reason,
-        })?);
-    }
-    if docs.is_empty() {
-        return Err(Error::EmptyData {
-            path: path.to_owned(),
-        });
-    }
-    Ok(docs)
 }
 
 fn parse(line: &str) -> std::result::Result<Document, String> {
