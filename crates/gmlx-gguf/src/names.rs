@@ -102,6 +102,12 @@ table! {
         HashLayerCount => "{arch}.hash_layer_count",
         SwigluClampExp => "{arch}.swiglu_clamp_exp",
         SwigluClampShexp => "{arch}.swiglu_clamp_shexp",
+        AttnResBlockSize => "{arch}.attn_res.block_size",
+        ActivationSituBeta => "{arch}.activation.situ_beta",
+        ActivationSituLinearBeta => "{arch}.activation.situ_linear_beta",
+        ExpertLatentLength => "{arch}.expert_latent_length",
+        KdaHeadDim => "{arch}.kda.head_dim",
+        KdaGateLowerBound => "{arch}.kda.gate_lower_bound",
 
         RopeDimensionCount => "{arch}.rope.dimension_count",
         RopeDimensionSections => "{arch}.rope.dimension_sections",
@@ -247,6 +253,20 @@ table! {
         SsmBetaAlpha => "blk.{layer}.ssm_ba",
         SsmBeta => "blk.{layer}.ssm_beta",
         SsmAlpha => "blk.{layer}.ssm_alpha",
+        SsmConv1dQ => "blk.{layer}.ssm_conv1d_q",
+        SsmConv1dK => "blk.{layer}.ssm_conv1d_k",
+        SsmConv1dV => "blk.{layer}.ssm_conv1d_v",
+        SsmFA => "blk.{layer}.ssm_f_a",
+        SsmFB => "blk.{layer}.ssm_f_b",
+        SsmG => "blk.{layer}.ssm_g",
+        SsmGA => "blk.{layer}.ssm_g_a",
+        SsmGB => "blk.{layer}.ssm_g_b",
+        AttnResScore => "blk.{layer}.attn_res_score",
+        FfnResScore => "blk.{layer}.ffn_res_score",
+        OutputResScore => "output_res_score",
+        FfnRoutedDown => "blk.{layer}.ffn_routed_down",
+        FfnRoutedUp => "blk.{layer}.ffn_routed_up",
+        FfnRoutedNorm => "blk.{layer}.ffn_routed_norm",
     }
 }
 

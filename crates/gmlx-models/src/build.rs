@@ -6,19 +6,21 @@ use gmlx_gguf::GgufFile;
 use gmlx_mlx::{Array, Dtype, QuantWeight};
 
 use crate::blocks::attention::Attention;
+use crate::blocks::attn_res::{BlockResidual, ResidualMix};
 use crate::blocks::compressed::{hadamard, BlockIndexer, CompressedAttention, Compressor};
 use crate::blocks::decoder::{BlockHyper, Decoder, DecoderLayer, Embedding, Ffn};
 use crate::blocks::delta_net::{DeltaGates, DeltaInput, GatedDeltaNet};
 use crate::blocks::hyper::{HyperConnection, HyperHead};
-use crate::blocks::latent::{Indexer, LatentAttention};
+use crate::blocks::kda::{Kda, KdaGate};
+use crate::blocks::latent::{Indexer, LatentAttention, LatentQuery};
 use crate::blocks::linear::Linear;
 use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::SwiGlu;
-use crate::blocks::moe::{ExpertPlacement, Experts, MoeFfn, Router, SharedExpert};
+use crate::blocks::moe::{ExpertPlacement, Experts, MoeFfn, RoutedLatent, Router, SharedExpert};
 use crate::blocks::rope::Rope;
 use crate::config::{
-    AttentionSpec, CompressedSpec, DeltaNetSpec, FfnSpec, HyperSpec, LatentSpec, LayerSpec,
-    MixerSpec, ModelConfig, MoeConfig, RopeConfig,
+    AttentionSpec, CompressedSpec, DeltaNetSpec, FfnSpec, HyperSpec, KdaSpec, LatentSpec,
+    LayerSpec, MixerSpec, ModelConfig, MoeConfig, RopeConfig,
 };
 use crate::error::{Error, Result};
 use crate::load::LoadOptions;
@@ -84,6 +86,15 @@ fn decoder(w: &Weights<'_>, config: &ModelConfig) -> Result<Decoder> {
                 ))
             })
             .transpose()?,
+        res_head: c
+            .attn_res
+            .map(|_| -> Result<ResidualMix> {
+                Ok(ResidualMix {
+                    score: w.array_f32(&Tensor::OutputResScore.weight(0), &[c.hidden as u64])?,
+                    eps: c.rms_eps,
+                })
+            })
+            .transpose()?,
         dtype: w.dtype(),
     })
 }
@@ -119,6 +130,7 @@ fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result
     let mixer = match &spec.mixer {
         MixerSpec::Attention(a) => Mixer::Attention(attention(w, c, l, a)?),
         MixerSpec::GatedDeltaNet(d) => Mixer::GatedDeltaNet(delta_net(w, c, l, d)?),
+        MixerSpec::Kda(d) => Mixer::Kda(Box::new(kda(w, c, l, d)?)),
         MixerSpec::Latent(a) => Mixer::Latent(Box::new(latent(w, c, l, a)?)),
         MixerSpec::Compressed(a) => Mixer::Compressed(Box::new(compressed(w, c, l, a)?)),
     };
@@ -147,12 +159,29 @@ fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result
         FfnSpec::Dense { hidden } => Ffn::Dense(dense(w, c, l, *hidden)?),
         FfnSpec::Moe(m) => Ffn::Moe(Box::new(moe(w, c, l, m)?)),
     };
+    let mix = |t: Tensor| -> Result<ResidualMix> {
+        Ok(ResidualMix {
+            score: w.array_f32(&t.weight(l), &[c.hidden as u64])?,
+            eps: c.rms_eps,
+        })
+    };
+    let attn_res = c
+        .attn_res
+        .map(|block_size| -> Result<BlockResidual> {
+            Ok(BlockResidual {
+                attn: mix(Tensor::AttnResScore)?,
+                ffn: mix(Tensor::FfnResScore)?,
+                banks: l % block_size.max(1) == 0,
+            })
+        })
+        .transpose()?;
     Ok(DecoderLayer {
         attn_norm: w.rms_norm(&Tensor::AttnNorm.weight(l), c.hidden, c.rms_eps)?,
         mixer,
         ffn_norm: w.rms_norm(&spec.ffn_norm.weight(l), c.hidden, c.rms_eps)?,
         ffn,
         hyper,
+        attn_res,
     })
 }
 
@@ -231,17 +260,20 @@ fn latent(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &LatentSpec) -> Result<
         }),
         None => None,
     };
+    let q_out = heads * (a.nope_dim + a.rope_dim);
+    let query = if a.q_rank > 0 {
+        LatentQuery::LowRank {
+            attn_q_a: linear(w, Tensor::AttnQA, l, a.q_rank, h, false)?,
+            attn_q_a_norm: w.rms_norm(&Tensor::AttnQANorm.weight(l), a.q_rank, c.rms_eps)?,
+            attn_q_b: linear(w, Tensor::AttnQB, l, q_out, a.q_rank, false)?,
+        }
+    } else {
+        LatentQuery::Full {
+            attn_q: linear(w, Tensor::AttnQ, l, q_out, h, false)?,
+        }
+    };
     Ok(LatentAttention {
-        attn_q_a: linear(w, Tensor::AttnQA, l, a.q_rank, h, false)?,
-        attn_q_a_norm: w.rms_norm(&Tensor::AttnQANorm.weight(l), a.q_rank, c.rms_eps)?,
-        attn_q_b: linear(
-            w,
-            Tensor::AttnQB,
-            l,
-            heads * (a.nope_dim + a.rope_dim),
-            a.q_rank,
-            false,
-        )?,
+        query,
         attn_kv_a_mqa: linear(w, Tensor::AttnKvAMqa, l, a.kv_rank + a.rope_dim, h, false)?,
         attn_kv_a_norm: w.rms_norm(&Tensor::AttnKvANorm.weight(l), a.kv_rank, c.rms_eps)?,
         attn_k_b: w.array(
@@ -268,7 +300,7 @@ fn latent(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &LatentSpec) -> Result<
         rope_dim: a.rope_dim,
         kv_rank: a.kv_rank,
         v_dim: a.v_dim,
-        rope: Rope::new(&a.rope),
+        rope: a.rope.as_ref().map(Rope::new),
     })
 }
 
@@ -418,6 +450,44 @@ fn delta_net(
     })
 }
 
+fn kda(w: &Weights<'_>, c: &ModelConfig, l: usize, d: &KdaSpec) -> Result<Kda> {
+    let h = c.hidden;
+    let inner = d.heads * d.head_dim;
+    let taps = [Tensor::SsmConv1dQ, Tensor::SsmConv1dK, Tensor::SsmConv1dV]
+        .iter()
+        .map(|t| w.conv_taps(&t.weight(l), d.kernel, inner))
+        .collect::<Result<Vec<Array>>>()?;
+    let gate = if d.full_gate {
+        KdaGate::Full {
+            ssm_g: linear(w, Tensor::SsmG, l, inner, h, false)?,
+        }
+    } else {
+        KdaGate::LowRank {
+            ssm_g_a: linear(w, Tensor::SsmGA, l, d.head_dim, h, false)?,
+            ssm_g_b: linear(w, Tensor::SsmGB, l, inner, d.head_dim, false)?,
+        }
+    };
+    Ok(Kda {
+        attn_q: linear(w, Tensor::AttnQ, l, inner, h, false)?,
+        attn_k: linear(w, Tensor::AttnK, l, inner, h, false)?,
+        attn_v: linear(w, Tensor::AttnV, l, inner, h, false)?,
+        ssm_conv1d: gmlx_mlx::ops::concatenate(&taps, 0)?,
+        ssm_f_a: linear(w, Tensor::SsmFA, l, d.head_dim, h, false)?,
+        ssm_f_b: linear(w, Tensor::SsmFB, l, inner, d.head_dim, false)?,
+        ssm_dt: w.array_f32(&Tensor::SsmDt.bias(l), &[inner as u64])?,
+        ssm_a: w.array_f32(&Tensor::SsmA.base(l), &[d.heads as u64])?,
+        ssm_beta: linear(w, Tensor::SsmBeta, l, d.heads, h, false)?,
+        gate,
+        ssm_norm: w.rms_norm(&Tensor::SsmNorm.weight(l), d.head_dim, c.rms_eps)?,
+        attn_output: linear(w, Tensor::AttnOutput, l, h, inner, false)?,
+        heads: d.heads,
+        head_dim: d.head_dim,
+        kernel: d.kernel,
+        lower_bound: d.lower_bound,
+        eps: c.rms_eps,
+    })
+}
+
 /// The SwiGLU MLP of layer `l`.
 fn dense(w: &Weights<'_>, c: &ModelConfig, l: usize, hidden: i32) -> Result<SwiGlu> {
     if hidden <= 0 {
@@ -431,11 +501,26 @@ fn dense(w: &Weights<'_>, c: &ModelConfig, l: usize, hidden: i32) -> Result<SwiG
         ffn_gate: linear(w, Tensor::FfnGate, l, hidden, h, false)?,
         ffn_up: linear(w, Tensor::FfnUp, l, hidden, h, false)?,
         ffn_down: linear(w, Tensor::FfnDown, l, h, hidden, false)?,
+        glu: c.glu,
     })
 }
 
 fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeFfn> {
     let (e, ff, h) = (m.experts, m.expert_ffn, c.hidden);
+    // the experts' own width: the latent one where they work there
+    let d = m.latent.map_or(h, |(width, _)| width);
+    let latent = m
+        .latent
+        .map(|(width, normed)| -> Result<RoutedLatent> {
+            Ok(RoutedLatent {
+                ffn_routed_down: linear(w, Tensor::FfnRoutedDown, l, width, h, false)?,
+                ffn_routed_norm: normed
+                    .then(|| w.rms_norm(&Tensor::FfnRoutedNorm.weight(l), width, c.rms_eps))
+                    .transpose()?,
+                ffn_routed_up: linear(w, Tensor::FfnRoutedUp, l, h, width, false)?,
+            })
+        })
+        .transpose()?;
     let bias = |t: Tensor, rows: i32| {
         m.biases
             .then(|| w.array(&t.bias(l), &[rows as u64, e as u64]))
@@ -468,11 +553,11 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
                     &Tensor::FfnDownExps.weight(l),
                 ],
                 e,
-                (ff, h),
+                (ff, d),
             )?,
             ffn_gate_exps_b: bias(Tensor::FfnGateExps, ff)?,
             ffn_up_exps_b: bias(Tensor::FfnUpExps, ff)?,
-            ffn_down_exps_b: bias(Tensor::FfnDownExps, h)?,
+            ffn_down_exps_b: bias(Tensor::FfnDownExps, d)?,
             activation: m.activation,
         },
         shared: m
@@ -483,6 +568,7 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
                         ffn_gate: linear(w, Tensor::FfnGateShexp, l, s.ffn, h, false)?,
                         ffn_up: linear(w, Tensor::FfnUpShexp, l, s.ffn, h, false)?,
                         ffn_down: linear(w, Tensor::FfnDownShexp, l, h, s.ffn, false)?,
+                        glu: c.glu,
                     },
                     ffn_gate_inp_shexp: s
                         .gated
@@ -492,6 +578,7 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
                 })
             })
             .transpose()?,
+        latent,
         hooks: Vec::new(),
     })
 }

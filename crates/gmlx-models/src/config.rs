@@ -4,6 +4,7 @@ use std::fmt;
 use gmlx_gguf::names::{Kv, Tensor};
 use gmlx_gguf::GgufFile;
 
+pub use crate::blocks::mlp::Glu;
 pub use crate::blocks::moe::{ExpertActivation, Gating};
 pub use crate::cache::CacheKind;
 use crate::error::{Error, Result};
@@ -64,6 +65,9 @@ pub struct MoeConfig {
     pub hash_routing: bool,
     /// An always-on SwiGLU expert of this hidden size (`ffn_*_shexp`), beside the routed ones.
     pub shared_expert: Option<SharedExpertSpec>,
+    /// The routed experts work at this width, between `ffn_routed_down` and `ffn_routed_up`
+    /// (Kimi-K3's latent MoE), normed by `ffn_routed_norm` when `.1`.
+    pub latent: Option<(i32, bool)>,
 }
 
 /// The shared expert of an MoE block.
@@ -83,6 +87,8 @@ pub enum MixerSpec {
     Attention(AttentionSpec),
     /// Linear attention with a recurrent state (Qwen3.5, Qwen3-Next).
     GatedDeltaNet(DeltaNetSpec),
+    /// Kimi delta attention: linear attention with a decay per key channel (Kimi-K3).
+    Kda(KdaSpec),
     /// Multi-head latent attention (HY4): low-rank queries, one compressed key-value row per
     /// position with a decoupled rotary part.
     Latent(LatentSpec),
@@ -114,10 +120,25 @@ pub struct CompressedSpec {
     pub indexer: Option<IndexerSpec>,
 }
 
+/// One KDA layer's shape and options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KdaSpec {
+    pub heads: i32,
+    pub head_dim: i32,
+    /// Width of the causal convolutions.
+    pub kernel: i32,
+    /// `kda.gate_lower_bound`: the decay is `bound · sigmoid(..)` (Kimi-K3) rather than
+    /// `-exp(A_log) · softplus(..)`.
+    pub lower_bound: Option<f32>,
+    /// The output gate is one projection, `ssm_g` (Kimi-K3), rather than `ssm_g_a`/`ssm_g_b`.
+    pub full_gate: bool,
+}
+
 /// One latent attention layer's shape and options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatentSpec {
     pub n_heads: i32,
+    /// The queries' rank (`attn_q_a`, norm, `attn_q_b`); 0: one projection, `attn_q`.
     pub q_rank: i32,
     /// Width of the compressed key-value row (the values attention reads).
     pub kv_rank: i32,
@@ -126,7 +147,8 @@ pub struct LatentSpec {
     pub rope_dim: i32,
     /// Per-head output dimension after decompression.
     pub v_dim: i32,
-    pub rope: RopeConfig,
+    /// `None`: nothing rotates (Kimi-K3's nope-only attention).
+    pub rope: Option<RopeConfig>,
     /// Per-head sink logits.
     pub sinks: bool,
     /// The output is multiplied by `sigmoid(attn_gate · x)` before `attn_output`.
@@ -238,7 +260,7 @@ impl LayerSpec {
                 Some(window) => CacheKind::RotatingKv { window },
                 None => CacheKind::FullKv,
             },
-            MixerSpec::GatedDeltaNet(_) => CacheKind::Recurrent,
+            MixerSpec::GatedDeltaNet(_) | MixerSpec::Kda(_) => CacheKind::Recurrent,
             MixerSpec::Latent(a) => CacheKind::Latent {
                 indexer: a.indexer.is_some_and(|i| i.owns),
             },
@@ -286,12 +308,21 @@ impl fmt::Display for LayerSpec {
                     write!(f, ", fused ssm_in")?;
                 }
             }
+            MixerSpec::Kda(d) => {
+                write!(f, "kda {} x {}, conv {}", d.heads, d.head_dim, d.kernel)?;
+                if let Some(b) = d.lower_bound {
+                    write!(f, ", decay bound {b}")?;
+                }
+            }
             MixerSpec::Latent(a) => {
                 write!(
                     f,
                     "latent attention {}q x {}+{} (q rank {}, kv rank {}, v {})",
                     a.n_heads, a.nope_dim, a.rope_dim, a.q_rank, a.kv_rank, a.v_dim
                 )?;
+                if a.rope.is_none() {
+                    write!(f, ", no rotation")?;
+                }
                 for (on, name) in [(a.sinks, "sinks"), (a.output_gate, "output-gate")] {
                     if on {
                         write!(f, ", {name}")?;
@@ -323,6 +354,9 @@ impl fmt::Display for LayerSpec {
                     " | moe {} of {} x {}",
                     m.experts_used, m.experts, m.expert_ffn
                 )?;
+                if let Some((width, _)) = m.latent {
+                    write!(f, " at latent {width}")?;
+                }
                 match m.shared_expert {
                     Some(s) => write!(f, " + shared {}", s.ffn),
                     None => Ok(()),
@@ -348,6 +382,10 @@ pub struct ModelConfig {
     pub layers: Vec<LayerSpec>,
     /// Several residual streams instead of one (HY4).
     pub hyper: Option<HyperSpec>,
+    /// Attention residuals across blocks, banked every this many blocks (Kimi-K3).
+    pub attn_res: Option<usize>,
+    /// The gated activation of dense MLPs and shared experts.
+    pub glu: Glu,
 }
 
 impl ModelConfig {
@@ -359,7 +397,7 @@ impl ModelConfig {
             matches!(&l.mixer, MixerSpec::Latent(spec)
                 if spec.indexer.as_ref().is_some_and(|ix| !ix.owns))
         });
-        self.hyper.is_none() && !shares_selection
+        self.hyper.is_none() && self.attn_res.is_none() && !shares_selection
     }
 
     /// Edits every attention layer (the architecture's options, by layer index).
@@ -403,6 +441,24 @@ fn positive(file: &GgufFile, key: Kv, value: u32) -> Result<i32> {
 /// Reads the keys every llama-family decoder has. `traditional_rope` is the architecture's
 /// rope layout. The vocabulary size comes from the token embedding when the key is absent.
 pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelConfig> {
+    Ok(synth_blocks(file, traditional_rope, false)?.0)
+}
+
+/// [`synth_decoder`] for hybrids that mark their recurrent blocks with 0 in the per-block
+/// `attention.head_count_kv` array (Kimi-K3, GLM-5-Next): the plan (those blocks planned as
+/// attention over all heads, for the architecture to replace) and which blocks are marked.
+pub fn synth_hybrid_decoder(
+    file: &GgufFile,
+    traditional_rope: bool,
+) -> Result<(ModelConfig, Vec<bool>)> {
+    synth_blocks(file, traditional_rope, true)
+}
+
+fn synth_blocks(
+    file: &GgufFile,
+    traditional_rope: bool,
+    zero_marks_recurrent: bool,
+) -> Result<(ModelConfig, Vec<bool>)> {
     let arch = file.architecture()?.to_owned();
     let meta = file.metadata();
     let blocks = positive(file, Kv::BlockCount, file.get_u32(&Kv::BlockCount)?)? as usize;
@@ -435,9 +491,16 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
     } else {
         vec![n_heads as u32; blocks]
     };
+    let recurrent: Vec<bool> = kv_per_layer[..n_layers]
+        .iter()
+        .map(|&v| zero_marks_recurrent && v == 0)
+        .collect();
     let kv_per_layer = kv_per_layer[..n_layers]
         .iter()
         .map(|&v| {
+            if zero_marks_recurrent && v == 0 {
+                return Ok(n_heads);
+            }
             let kv = positive(file, Kv::AttentionHeadCountKv, v)?;
             if n_heads % kv != 0 {
                 return Err(bad(
@@ -515,7 +578,7 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
             ffn_norm: Tensor::FfnNorm,
         })
         .collect();
-    Ok(ModelConfig {
+    let config = ModelConfig {
         arch,
         n_layers,
         hidden,
@@ -524,7 +587,10 @@ pub fn synth_decoder(file: &GgufFile, traditional_rope: bool) -> Result<ModelCon
         context_length,
         layers,
         hyper: None,
-    })
+        attn_res: None,
+        glu: Glu::Silu,
+    };
+    Ok((config, recurrent))
 }
 
 /// Reads the expert counts and sizes of an MoE decoder; the router and expert options start
@@ -565,6 +631,7 @@ pub fn synth_moe(file: &GgufFile) -> Result<MoeConfig> {
         selection_bias: false,
         hash_routing: false,
         shared_expert: None,
+        latent: None,
     })
 }
 
@@ -678,7 +745,10 @@ mod tests {
             .iter()
             .map(|l| match &l.mixer {
                 MixerSpec::Attention(a) => a.n_kv_heads,
-                MixerSpec::GatedDeltaNet(_) | MixerSpec::Latent(_) | MixerSpec::Compressed(_) => 0,
+                MixerSpec::GatedDeltaNet(_)
+                | MixerSpec::Kda(_)
+                | MixerSpec::Latent(_)
+                | MixerSpec::Compressed(_) => 0,
             })
             .collect()
     }

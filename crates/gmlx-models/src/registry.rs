@@ -64,6 +64,11 @@ pub static ARCHES: &[ArchSpec] = &[
         synth: arch::hy_v4::synth,
         build: build::model,
     },
+    ArchSpec {
+        name: "kimi-k3",
+        synth: arch::kimi_k3::synth,
+        build: build::model,
+    },
 ];
 
 impl std::fmt::Debug for ArchSpec {

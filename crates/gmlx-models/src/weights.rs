@@ -185,6 +185,27 @@ impl<'f> Weights<'f> {
         Ok(Array::from_slice(&values, &shape))
     }
 
+    /// The `[channels, kernel]` taps of a depthwise convolution, stored `[kernel, channels]`
+    /// or with unit axes (`[kernel, 1, channels]`, `[kernel, 1, channels, 1]`, as Kimi's
+    /// converter writes them).
+    pub fn conv_taps(&self, name: &str, kernel: i32, channels: i32) -> Result<Array> {
+        let (k, c) = (kernel as u64, channels as u64);
+        let layouts: [&[u64]; 3] = [&[k, c], &[k, 1, c], &[k, 1, c, 1]];
+        let dims = match self.file.tensor(name) {
+            Ok(info) => layouts
+                .into_iter()
+                .find(|l| info.dims == *l)
+                .unwrap_or(layouts[0]),
+            Err(_) => layouts[0],
+        };
+        let a = self.array(name, dims)?;
+        if dims.len() > 2 && self.preflight.is_none() {
+            Ok(a.reshape(&[channels, kernel])?)
+        } else {
+            Ok(a)
+        }
+    }
+
     /// A `[len]` vector that files store either 1-D or as a one-column matrix (`[len, 1]`,
     /// as the converter writes `ffn_gate_inp_shexp`).
     pub fn vector(&self, name: &str, len: i32) -> Result<Array> {

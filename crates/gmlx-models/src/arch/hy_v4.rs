@@ -55,7 +55,7 @@ pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
             nope_dim: key_dim - rope_dim,
             rope_dim,
             v_dim,
-            rope: rope.clone(),
+            rope: Some(rope.clone()),
             sinks: true,
             output_gate: true,
             indexer: indexer.as_ref().map(|(spec, owns)| IndexerSpec {

@@ -2,6 +2,7 @@
 pub mod deepseek4;
 pub mod gpt_oss;
 pub mod hy_v4;
+pub mod kimi_k3;
 pub mod llama;
 pub mod qwen3;
 pub mod qwen35;

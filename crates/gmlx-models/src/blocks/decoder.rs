@@ -3,6 +3,7 @@
 //! runs it, for generation, batched serving, training and benchmarks alike.
 use gmlx_mlx::{Array, Dtype, QuantWeight};
 
+use crate::blocks::attn_res::{self, BlockResidual, ResidualMix};
 use crate::blocks::context::ForwardCtx;
 use crate::blocks::hyper::{HyperConnection, HyperHead};
 use crate::blocks::linear::Linear;
@@ -51,6 +52,10 @@ impl Ffn {
         match self {
             Ffn::Dense(m) => m.visit_mut(v),
             Ffn::Moe(moe) => {
+                if let Some(l) = &mut moe.latent {
+                    v.linear(&mut l.ffn_routed_down);
+                    v.linear(&mut l.ffn_routed_up);
+                }
                 if let Some(shared) = &mut moe.shared {
                     shared.visit_mut(v);
                 }
@@ -68,6 +73,8 @@ pub struct DecoderLayer {
     pub ffn_norm: RmsNorm,
     pub ffn: Ffn,
     pub hyper: Option<BlockHyper>,
+    /// Attention residuals across blocks (Kimi-K3).
+    pub attn_res: Option<BlockResidual>,
 }
 
 /// A block's hyper-connections: around the mixer, and around the feed-forward.
@@ -82,6 +89,10 @@ impl DecoderLayer {
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
         v.array(&self.attn_norm.weight);
         self.mixer.visit(v);
+        if let Some(r) = &self.attn_res {
+            v.array(&r.attn.score);
+            v.array(&r.ffn.score);
+        }
         if let Some(h) = &self.hyper {
             for c in [&h.attn, &h.ffn] {
                 v.array(&c.mix);
@@ -121,6 +132,9 @@ impl DecoderLayer {
     pub fn forward(&self, x: &Array, layer: usize, ctx: &mut ForwardCtx<'_, '_>) -> Result<Array> {
         if let Some(hyper) = &self.hyper {
             return self.forward_streams(x, layer, ctx, hyper);
+        }
+        if let Some(residual) = &self.attn_res {
+            return self.forward_attn_res(x, layer, ctx, residual);
         }
         if let Some(out) = self.forward_host(x, layer, ctx)? {
             return Ok(out);
@@ -198,6 +212,35 @@ impl DecoderLayer {
             ctx.tokens,
         )?;
         Ok(h.add(&ffn)?)
+    }
+
+    /// The block with attention residuals: `x [batch, tokens, streams, hidden]` holds the
+    /// banked checkpoints, then the running residual ([`crate::blocks::attn_res`]).
+    fn forward_attn_res(
+        &self,
+        x: &Array,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+        residual: &BlockResidual,
+    ) -> Result<Array> {
+        let input = residual.attn.mix(x)?;
+        let mixed = self
+            .mixer
+            .forward(&self.attn_norm.forward(&input)?, layer, ctx)?;
+        // a checkpoint banks the raw running residual and restarts it from the mixer's output
+        let (banked, running) = if residual.banks {
+            (Some(x.clone()), mixed)
+        } else {
+            (attn_res::banked(x)?, attn_res::running(x)?.add(&mixed)?)
+        };
+        let joined = attn_res::join(banked.as_ref(), &running)?;
+        let ffn = self.ffn.forward(
+            &self.ffn_norm.forward(&residual.ffn.mix(&joined)?)?,
+            layer,
+            &ctx.positions,
+            ctx.tokens,
+        )?;
+        attn_res::join(banked.as_ref(), &running.add(&ffn)?)
     }
 
     /// The block on residual streams `x [batch, tokens, streams, hidden]`.
@@ -318,6 +361,8 @@ pub struct Decoder {
     pub output: Option<QuantWeight>,
     /// With hyper-connections: the streams' count and their final reduction.
     pub hyper_head: Option<(i32, HyperHead)>,
+    /// With attention residuals: the final mix of the banked checkpoints and the residual.
+    pub res_head: Option<ResidualMix>,
     pub dtype: Dtype,
 }
 
@@ -353,6 +398,10 @@ impl Decoder {
     /// that many copies: `[batch, n, streams, hidden]`).
     pub fn embed(&self, tokens: &Array) -> Result<Array> {
         let x = self.token_embd.rows(tokens)?.as_dtype(self.dtype)?;
+        if self.res_head.is_some() {
+            // the running residual alone: nothing banked yet
+            return Ok(x.expand_dims(2)?);
+        }
         match &self.hyper_head {
             None => Ok(x),
             Some((streams, _)) => {
@@ -367,9 +416,10 @@ impl Decoder {
 
     /// Final norm and output head on the positions `logits` selects, in float32.
     fn head(&self, x: Array, logits: &Logits) -> Result<Array> {
-        let x = match &self.hyper_head {
-            Some((_, head)) => head.reduce(&x)?,
-            None => x,
+        let x = match (&self.hyper_head, &self.res_head) {
+            (Some((_, head)), _) => head.reduce(&x)?,
+            (None, Some(mix)) => mix.mix(&x)?,
+            (None, None) => x,
         };
         let s = x.shape().to_vec();
         let x = match logits {
@@ -399,6 +449,9 @@ impl Decoder {
             v.array(&head.mix);
             v.array(&head.base);
             v.array(&head.scale);
+        }
+        if let Some(mix) = &self.res_head {
+            v.array(&mix.score);
         }
         v.array(&self.output_norm.weight);
         if let Some(o) = &self.output {

@@ -57,7 +57,7 @@ pub struct GatedDeltaNet {
     pub eps: f32,
 }
 
-fn slice_last(x: &Array, from: i32, to: i32) -> Result<Array> {
+pub(crate) fn slice_last(x: &Array, from: i32, to: i32) -> Result<Array> {
     let shape = x.shape();
     let mut start = vec![0; shape.len()];
     let mut stop = shape.to_vec();
@@ -67,7 +67,7 @@ fn slice_last(x: &Array, from: i32, to: i32) -> Result<Array> {
 }
 
 /// `x / sqrt(sum(x²) + eps)` over the last axis (llama.cpp's gated-DeltaNet L2 norm).
-fn l2_norm(x: &Array, eps: f32) -> Result<Array> {
+pub(crate) fn l2_norm(x: &Array, eps: f32) -> Result<Array> {
     let sum = x.square()?.sum_axis(-1, true)?;
     Ok(x.multiply(sum.add(Array::from_f32(eps))?.rsqrt()?)?)
 }
@@ -151,43 +151,24 @@ impl GatedDeltaNet {
         })
     }
 
-    /// The causal depthwise convolution with SiLU over `x [batch, tokens, channels]` after
-    /// `history [batch, kernel - 1, channels]`; returns the output and the new history.
-    fn convolve(&self, x: &Array, history: &Array) -> Result<(Array, Array)> {
-        let tokens = x.shape()[1];
-        let joined = ops::concatenate(&[history.clone(), x.clone()], 1)?;
-        let (batch, len, channels) = (joined.shape()[0], joined.shape()[1], joined.shape()[2]);
-        let mut sum: Option<Array> = None;
-        for j in 0..self.kernel {
-            let window =
-                gmlx_mlx::slicing::slice(&joined, &[0, j, 0], &[batch, j + tokens, channels])?;
-            let tap = slice_last(&self.ssm_conv1d, j, j + 1)?.reshape(&[channels])?;
-            let term = window.multiply(&tap)?;
-            sum = Some(match sum {
-                Some(s) => s.add(&term)?,
-                None => term,
-            });
-        }
-        let conv = sum.expect("kernel >= 1");
-        let history = gmlx_mlx::slicing::slice(
-            &joined,
-            &[0, len - (self.kernel - 1), 0],
-            &[batch, len, channels],
-        )?;
-        Ok((conv.multiply(ops::sigmoid(&conv)?)?, history))
-    }
-
     /// `x [batch, tokens, hidden]` of block `layer`; in a cached pass each row continues its
     /// own recurrent state.
     pub fn forward(&self, x: &Array, layer: usize, ctx: &mut ForwardCtx<'_, '_>) -> Result<Array> {
         let (batch, tokens) = (x.shape()[0], x.shape()[1]);
         let dtype = x.dtype();
         let channels = self.channels();
-        let (history, state) = self.load_states(layer, batch, ctx, dtype)?;
+        let (history, state) = load_states(
+            layer,
+            batch,
+            ctx,
+            [self.kernel - 1, channels],
+            [self.v_heads, self.k_dim, self.v_dim],
+            dtype,
+        )?;
 
         let (qkv, z) = self.qkv_z(x)?;
         let (beta, alpha) = self.beta_alpha(x)?;
-        let (mixed, history) = self.convolve(&qkv, &history)?;
+        let (mixed, history) = causal_conv_silu(&qkv, &history, &self.ssm_conv1d, self.kernel)?;
         let key_width = self.k_heads * self.k_dim;
         let heads = |from: i32, n: i32, dim: i32| -> Result<Array> {
             Ok(slice_last(&mixed, from, from + n * dim)?.reshape(&[batch, tokens, n, dim])?)
@@ -219,7 +200,7 @@ impl GatedDeltaNet {
         } else {
             delta_rule::chunked(&input, &state)?
         };
-        self.store_states(layer, ctx, &history, &state)?;
+        store_states(layer, ctx, &history, &state)?;
 
         // [batch, heads, tokens, v_dim] -> per head: norm, gate, then the output projection
         // float32 through the norm and gate, as llama.cpp
@@ -234,76 +215,6 @@ impl GatedDeltaNet {
             .as_dtype(dtype)?;
         self.ssm_out
             .forward(&gated.reshape(&[batch, tokens, self.v_heads * self.v_dim])?)
-    }
-
-    /// The rows' convolution histories and delta states, stacked (zeros where a row has none
-    /// yet, and for a pass without caches).
-    fn load_states(
-        &self,
-        layer: usize,
-        batch: i32,
-        ctx: &mut ForwardCtx<'_, '_>,
-        dtype: Dtype,
-    ) -> Result<(Array, Array)> {
-        let empty_history = || ops::zeros_dtype(&[1, self.kernel - 1, self.channels()], dtype);
-        let empty_state =
-            || ops::zeros_dtype(&[1, self.v_heads, self.k_dim, self.v_dim], Dtype::Float32);
-        let mut histories = Vec::with_capacity(batch as usize);
-        let mut states = Vec::with_capacity(batch as usize);
-        for row in 0..batch as usize {
-            let saved = if ctx.is_cached() {
-                let cache = recurrent_cache(ctx.layer_cache(row, layer), layer)?;
-                (cache.conv.clone(), cache.state.clone())
-            } else {
-                (None, None)
-            };
-            histories.push(match saved.0 {
-                Some(h) => h.as_dtype(dtype)?,
-                None => empty_history()?,
-            });
-            states.push(match saved.1 {
-                Some(s) => s,
-                None => empty_state()?,
-            });
-        }
-        let stack = |mut xs: Vec<Array>| -> Result<Array> {
-            Ok(if xs.len() == 1 {
-                xs.remove(0)
-            } else {
-                ops::concatenate(&xs, 0)?
-            })
-        };
-        Ok((stack(histories)?, stack(states)?))
-    }
-
-    /// Keeps each row's new history and state in its cache (nothing without caches).
-    fn store_states(
-        &self,
-        layer: usize,
-        ctx: &mut ForwardCtx<'_, '_>,
-        history: &Array,
-        state: &Array,
-    ) -> Result<()> {
-        if !ctx.is_cached() {
-            return Ok(());
-        }
-        let batch = history.shape()[0];
-        let row_of = |a: &Array, b: i32| -> Result<Array> {
-            if batch == 1 {
-                return Ok(a.clone());
-            }
-            let mut start = vec![0; a.ndim()];
-            let mut stop = a.shape().to_vec();
-            start[0] = b;
-            stop[0] = b + 1;
-            Ok(gmlx_mlx::slicing::slice(a, &start, &stop)?)
-        };
-        for b in 0..batch {
-            let cache = recurrent_cache(ctx.layer_cache(b as usize, layer), layer)?;
-            cache.conv = Some(row_of(history, b)?);
-            cache.state = Some(row_of(state, b)?);
-        }
-        Ok(())
     }
 
     /// Its weights: the projections (adaptable), then the convolution, decay and norm.
@@ -362,6 +273,106 @@ impl GatedDeltaNet {
         }
         v.linear(&mut self.ssm_out);
     }
+}
+
+/// The causal depthwise convolution with SiLU over `x [batch, tokens, channels]` after
+/// `history [batch, kernel - 1, channels]`, with `weights [channels, kernel]`; returns the
+/// output and the new history.
+pub(crate) fn causal_conv_silu(
+    x: &Array,
+    history: &Array,
+    weights: &Array,
+    kernel: i32,
+) -> Result<(Array, Array)> {
+    let tokens = x.shape()[1];
+    let joined = ops::concatenate(&[history.clone(), x.clone()], 1)?;
+    let (batch, len, channels) = (joined.shape()[0], joined.shape()[1], joined.shape()[2]);
+    let mut sum: Option<Array> = None;
+    for j in 0..kernel {
+        let window = gmlx_mlx::slicing::slice(&joined, &[0, j, 0], &[batch, j + tokens, channels])?;
+        let tap = slice_last(weights, j, j + 1)?.reshape(&[channels])?;
+        let term = window.multiply(&tap)?;
+        sum = Some(match sum {
+            Some(s) => s.add(&term)?,
+            None => term,
+        });
+    }
+    let conv = sum.expect("kernel >= 1");
+    let history = gmlx_mlx::slicing::slice(
+        &joined,
+        &[0, len - (kernel - 1), 0],
+        &[batch, len, channels],
+    )?;
+    Ok((conv.multiply(ops::sigmoid(&conv)?)?, history))
+}
+
+/// The rows' convolution histories `[batch, history...]` and float32 delta states `[batch,
+/// state...]`, stacked (zeros where a row has none yet, and for a pass without caches).
+pub(crate) fn load_states(
+    layer: usize,
+    batch: i32,
+    ctx: &mut ForwardCtx<'_, '_>,
+    history: [i32; 2],
+    state: [i32; 3],
+    dtype: Dtype,
+) -> Result<(Array, Array)> {
+    let empty_history = || ops::zeros_dtype(&[1, history[0], history[1]], dtype);
+    let empty_state = || ops::zeros_dtype(&[1, state[0], state[1], state[2]], Dtype::Float32);
+    let mut histories = Vec::with_capacity(batch as usize);
+    let mut states = Vec::with_capacity(batch as usize);
+    for row in 0..batch as usize {
+        let saved = if ctx.is_cached() {
+            let cache = recurrent_cache(ctx.layer_cache(row, layer), layer)?;
+            (cache.conv.clone(), cache.state.clone())
+        } else {
+            (None, None)
+        };
+        histories.push(match saved.0 {
+            Some(h) => h.as_dtype(dtype)?,
+            None => empty_history()?,
+        });
+        states.push(match saved.1 {
+            Some(s) => s,
+            None => empty_state()?,
+        });
+    }
+    let stack = |mut xs: Vec<Array>| -> Result<Array> {
+        Ok(if xs.len() == 1 {
+            xs.remove(0)
+        } else {
+            ops::concatenate(&xs, 0)?
+        })
+    };
+    Ok((stack(histories)?, stack(states)?))
+}
+
+/// Keeps each row's new history and state in its cache (nothing without caches).
+pub(crate) fn store_states(
+    layer: usize,
+    ctx: &mut ForwardCtx<'_, '_>,
+    history: &Array,
+    state: &Array,
+) -> Result<()> {
+    if !ctx.is_cached() {
+        return Ok(());
+    }
+    let batch = history.shape()[0];
+    let row_of = |a: &Array, b: i32| -> Result<Array> {
+        if batch == 1 {
+            return Ok(a.clone());
+        }
+        let mut start = vec![0; a.ndim()];
+        let mut stop = a.shape().to_vec();
+        start[0] = b;
+        stop[0] = b + 1;
+        Ok(gmlx_mlx::slicing::slice(a, &start, &stop)?)
+    };
+    for b in 0..batch {
+        let cache = recurrent_cache(ctx.layer_cache(b as usize, layer), layer)?;
+        cache.conv = Some(row_of(history, b)?);
+        cache.state = Some(row_of(state, b)?);
+    }
+    Ok(())
 }
 
 /// The recurrent state in a layer's cache.

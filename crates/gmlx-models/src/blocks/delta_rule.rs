@@ -2,20 +2,26 @@
 //! `exp(g)` and corrected towards each new key/value pair with strength `beta`:
 //!
 //! ```text
-//! S = exp(g_t) · S
+//! S = diag(exp(g_t)) · S
 //! S = S + k_t ⊗ beta_t · (v_t − S^T k_t)
 //! o_t = S^T q_t
 //! ```
 //!
-//! Two evaluations of the same recurrence, both in float32: one token at a time (decoding),
-//! and the chunked WY form over 64-token chunks (prefill), whose within-chunk inverse is
-//! computed by forward substitution on the device.
+//! The decay `g_t` is one value per head (gated DeltaNet) or one per key channel (KDA, Kimi
+//! delta attention). Two evaluations of the same recurrence, both in float32: one token at a
+//! time (decoding), and the chunked WY form (prefill) over 64-token chunks, or 16-token chunks
+//! for a per-channel decay (whose pairwise decays within a chunk are kept per channel), with
+//! the within-chunk inverse computed by forward substitution on the device.
 use gmlx_mlx::{ops, Array, Dtype};
 
 use crate::error::Result;
 
 /// Tokens per chunk of the chunked form (llama.cpp and the reference kernels use 64).
 pub const CHUNK: i32 = 64;
+
+/// Tokens per chunk with a per-channel decay (llama.cpp's KDA chunk): the decays between two
+/// tokens of a chunk, `exp(G_i − G_j)`, are kept per channel, `chunk² · k_dim` per head.
+pub const KDA_CHUNK: i32 = 16;
 
 /// Whether a scan of many tokens runs in the chunked form: always, except in a forward pass
 /// that training differentiates with `GMLX_TRAIN_GDN_CHUNK=0` (the per-token loop, which keeps
@@ -48,7 +54,8 @@ pub fn chunked_checkpointed(input: &ScanInput, state: &Array) -> Result<(Array, 
 
 /// The inputs of one scan, already mapped to the value heads: `q`, `k [batch, heads, tokens,
 /// k_dim]` (L2-normed; `q` not yet scaled), `v [batch, heads, tokens, v_dim]`, the log decay
-/// `g` and the write strength `beta`, both `[batch, heads, tokens]`. All float32.
+/// `g`, `[batch, heads, tokens]` (per head) or `[batch, heads, tokens, k_dim]` (per key
+/// channel), and the write strength `beta [batch, heads, tokens]`. All float32.
 pub struct ScanInput {
     pub q: Array,
     pub k: Array,
@@ -67,6 +74,11 @@ impl ScanInput {
             g: xs[3].clone(),
             beta: xs[4].clone(),
         }
+    }
+
+    /// Whether the decay is per key channel (KDA) rather than per head.
+    pub fn per_channel(&self) -> bool {
+        self.g.ndim() == 4
     }
 
     /// `[q, k, v, g, beta]`.
@@ -112,7 +124,11 @@ pub fn recurrent(input: &ScanInput, state: &Array) -> Result<(Array, Array)> {
         let q_t = at(&q, 2, t)?; // [b, h, 1, k]
         let k_t = at(&input.k, 2, t)?;
         let v_t = at(&input.v, 2, t)?; // [b, h, 1, v]
-        let g_t = at(&input.g, 2, t)?.expand_dims(-1)?; // [b, h, 1, 1]
+        let g_t = if input.per_channel() {
+            at(&input.g, 2, t)?.transpose_axes(&[0, 1, 3, 2])? // [b, h, k, 1]
+        } else {
+            at(&input.g, 2, t)?.expand_dims(-1)? // [b, h, 1, 1]
+        };
         let beta_t = at(&input.beta, 2, t)?.expand_dims(-1)?;
         s = s.multiply(g_t.exp()?)?;
         let remembered = k_t.matmul(&s)?; // [b, h, 1, v]
@@ -141,17 +157,18 @@ fn pad_tokens(x: &Array, len: i32) -> Result<Array> {
 }
 
 /// `[chunk, chunk]` float masks: lower triangle with the diagonal, and without it.
-fn triangles() -> Result<(Array, Array)> {
-    let ones = ops::ones::<f32>(&[CHUNK, CHUNK])?;
+fn triangles(chunk: i32) -> Result<(Array, Array)> {
+    let ones = ops::ones::<f32>(&[chunk, chunk])?;
     Ok((ops::tril(&ones, 0)?, ops::tril(&ones, -1)?))
 }
 
 /// `(I + L)^-1` for the strictly lower `l [..., chunk, chunk]`, row by row (forward
 /// substitution; MLX's triangular solve runs on the CPU only).
 fn unit_lower_inverse(l: &Array) -> Result<Array> {
+    let chunk = l.shape()[l.ndim() - 1];
     let mut m = l.negative()?;
-    let rows = ops::eye::<f32>(CHUNK, None, None)?;
-    for i in 1..CHUNK {
+    let rows = ops::eye::<f32>(chunk, None, None)?;
+    for i in 1..chunk {
         // row i of the inverse's strictly lower part: -l_i + (-l_i) · m, with rows < i final
         let row = at(&m, -2, i)?; // [..., 1, chunk]
         let update = row.matmul(&m)?;
@@ -161,40 +178,107 @@ fn unit_lower_inverse(l: &Array) -> Result<Array> {
     Ok(m.add(&rows)?)
 }
 
-/// The chunked form: equal to [`recurrent`] up to rounding, in `ceil(tokens / 64)` sequential
-/// steps. Padding tokens carry zero keys, values and strength and no decay, so they leave the
-/// state as it is.
-pub fn chunked(input: &ScanInput, state: &Array) -> Result<(Array, Array)> {
-    let shape = input.q.shape();
-    let (batch, heads, tokens, k_dim) = (shape[0], shape[1], shape[2], shape[3]);
-    let v_dim = input.v.shape()[3];
-    let chunks = (tokens + CHUNK - 1) / CHUNK;
-    let padded = chunks * CHUNK;
-    let split = |x: &Array, last: i32| -> Result<Array> {
-        Ok(pad_tokens(x, padded)?.reshape(&[batch, heads, chunks, CHUNK, last])?)
-    };
-    let q = split(&scale_q(&input.q)?, k_dim)?;
-    let k = split(&input.k, k_dim)?;
-    let v = split(&input.v, v_dim)?;
-    let g = split(&input.g.expand_dims(-1)?, 1)?.squeeze_axes(&[-1])?; // [b, h, n, c]
-    let beta = split(&input.beta.expand_dims(-1)?, 1)?; // [b, h, n, c, 1]
+/// What the chunked form needs of each chunk before the sequential pass, all `[b, h, n, ..]`.
+struct ChunkTerms {
+    /// `[c, c]`: `k_beta_i · k_j` decayed from `j` to `i`, strictly below the diagonal.
+    l: Array,
+    /// `[c, c]`: `q_i · k_j` decayed from `j` to `i`, on and below the diagonal.
+    qk: Array,
+    /// `[c, k]` (or `[c, 1]` per head): the decay from the chunk's start to each token.
+    to_here: Array,
+    /// `[c, k]` (or `[c, 1]`): the decay from each token to the chunk's end.
+    to_end: Array,
+    /// `[1, k]` (or `[1, 1]`): the decay over the whole chunk.
+    whole: Array,
+}
 
-    let (lower, strict) = triangles()?;
-    let cum = ops::cumsum(&g, -1, None, None)?; // G_i: decay from the chunk's start to i
-    let last = at(&cum, -1, CHUNK - 1)?; // [b, h, n, 1]
+/// The terms with one decay per head: `g [b, h, n, c]`.
+fn per_head_terms(
+    q: &Array,
+    k: &Array,
+    k_beta: &Array,
+    g: &Array,
+    chunk: i32,
+) -> Result<ChunkTerms> {
+    let (lower, strict) = triangles(chunk)?;
+    let cum = ops::cumsum(g, -1, None, None)?; // G_i: decay from the chunk's start to i
+    let last = at(&cum, -1, chunk - 1)?; // [b, h, n, 1]
                                          // exp(G_i - G_j) for j <= i, 0 above the diagonal
     let diff = cum.expand_dims(-1)?.subtract(cum.expand_dims(-2)?)?;
     let decay = diff.multiply(&lower)?.exp()?.multiply(&lower)?;
     let k_t = k.transpose_axes(&[0, 1, 2, 4, 3])?;
+    Ok(ChunkTerms {
+        l: k_beta.matmul(&k_t)?.multiply(&decay)?.multiply(&strict)?,
+        qk: q.matmul(&k_t)?.multiply(&decay)?,
+        to_here: cum.exp()?.expand_dims(-1)?,
+        to_end: last.subtract(&cum)?.exp()?.expand_dims(-1)?,
+        whole: last.exp()?.expand_dims(-1)?,
+    })
+}
+
+/// The terms with one decay per key channel: `g [b, h, n, c, k]`. The pairwise decays stay
+/// per channel (`[c, c, k]`), so no factor `exp(-G)` can overflow however strong the decay.
+fn per_channel_terms(
+    q: &Array,
+    k: &Array,
+    k_beta: &Array,
+    g: &Array,
+    chunk: i32,
+) -> Result<ChunkTerms> {
+    let (lower, strict) = triangles(chunk)?;
+    let cum = ops::cumsum(g, -2, None, None)?; // [b, h, n, c, k]
+    let last = at(&cum, -2, chunk - 1)?; // [b, h, n, 1, k]
+    let lower_k = lower.expand_dims(-1)?; // [c, c, 1]
+    let diff = cum.expand_dims(-2)?.subtract(cum.expand_dims(-3)?)?; // [.., i, j, k]
+    let decay = diff.multiply(&lower_k)?.exp()?.multiply(&lower_k)?;
+    let k_j = k.expand_dims(-3)?; // [.., 1, j, k]
+    let pairs = |x: &Array| -> Result<Array> {
+        Ok(x.expand_dims(-2)?
+            .multiply(&k_j)?
+            .multiply(&decay)?
+            .sum_axis(-1, false)?)
+    };
+    Ok(ChunkTerms {
+        l: pairs(k_beta)?.multiply(&strict)?,
+        qk: pairs(q)?,
+        to_here: cum.exp()?,
+        to_end: last.subtract(&cum)?.exp()?,
+        whole: last.exp()?,
+    })
+}
+
+/// The chunked form: equal to [`recurrent`] up to rounding, in `ceil(tokens / chunk)`
+/// sequential steps. Padding tokens carry zero keys, values and strength and no decay, so they
+/// leave the state as it is.
+pub fn chunked(input: &ScanInput, state: &Array) -> Result<(Array, Array)> {
+    let shape = input.q.shape();
+    let (batch, heads, tokens, k_dim) = (shape[0], shape[1], shape[2], shape[3]);
+    let v_dim = input.v.shape()[3];
+    let per_channel = input.per_channel();
+    let chunk = if per_channel { KDA_CHUNK } else { CHUNK };
+    let chunks = (tokens + chunk - 1) / chunk;
+    let padded = chunks * chunk;
+    let split = |x: &Array, last: i32| -> Result<Array> {
+        Ok(pad_tokens(x, padded)?.reshape(&[batch, heads, chunks, chunk, last])?)
+    };
+    let q = split(&scale_q(&input.q)?, k_dim)?;
+    let k = split(&input.k, k_dim)?;
+    let v = split(&input.v, v_dim)?;
+    let beta = split(&input.beta.expand_dims(-1)?, 1)?; // [b, h, n, c, 1]
     let k_beta = k.multiply(&beta)?;
-    let l = k_beta.matmul(&k_t)?.multiply(&decay)?.multiply(&strict)?;
-    let inverse = unit_lower_inverse(&l)?;
+    let t = if per_channel {
+        per_channel_terms(&q, &k, &k_beta, &split(&input.g, k_dim)?, chunk)?
+    } else {
+        let g = split(&input.g.expand_dims(-1)?, 1)?.squeeze_axes(&[-1])?; // [b, h, n, c]
+        per_head_terms(&q, &k, &k_beta, &g, chunk)?
+    };
+    let inverse = unit_lower_inverse(&t.l)?;
     let u = inverse.matmul(&v.multiply(&beta)?)?; // [b, h, n, c, v]
-    let w = inverse.matmul(&k_beta.multiply(cum.exp()?.expand_dims(-1)?)?)?; // [b, h, n, c, k]
-    let qk = q.matmul(&k_t)?.multiply(&decay)?; // [b, h, n, c, c]
-    let q_decayed = q.multiply(cum.exp()?.expand_dims(-1)?)?;
-    let k_to_end = k.multiply(last.subtract(&cum)?.exp()?.expand_dims(-1)?)?;
-    let chunk_decay = last.exp()?.expand_dims(-1)?; // [b, h, n, 1, 1]
+    let w = inverse.matmul(&k_beta.multiply(&t.to_here)?)?; // [b, h, n, c, k]
+    let q_decayed = q.multiply(&t.to_here)?;
+    let k_to_end = k.multiply(&t.to_end)?;
+    // the whole chunk's decay of the state's rows: [b, h, n, k or 1, 1]
+    let chunk_decay = t.whole.transpose_axes(&[0, 1, 2, 4, 3])?;
 
     let mut s = state.clone();
     let mut outs = Vec::with_capacity(chunks as usize);
@@ -202,7 +286,7 @@ pub fn chunked(input: &ScanInput, state: &Array) -> Result<(Array, Array)> {
         let pick = |x: &Array| -> Result<Array> { Ok(at(x, 2, c)?.squeeze_axes(&[2])?) };
         let v_new = pick(&u)?.subtract(pick(&w)?.matmul(&s)?)?; // [b, h, c, v]
         let inter = pick(&q_decayed)?.matmul(&s)?;
-        outs.push(inter.add(pick(&qk)?.matmul(&v_new)?)?);
+        outs.push(inter.add(pick(&t.qk)?.matmul(&v_new)?)?);
         let write = pick(&k_to_end)?
             .transpose_axes(&[0, 1, 3, 2])?
             .matmul(&v_new)?;
@@ -247,6 +331,16 @@ mod tests {
         })
     }
 
+    /// A per-channel (KDA) decay as kimi-k3's lower-bound gate gives it: `-5 · sigmoid(..)`
+    /// per token and key channel, so a 16-token chunk decays some channels by up to exp(-80).
+    fn kda_input(tokens: i32, seed: u64) -> Result<ScanInput> {
+        let per_head = input(tokens, seed)?;
+        let g =
+            ops::sigmoid(&noise(seed + 5, &[2, 3, tokens, 16])?.multiply(Array::from_f32(4.0))?)?
+                .multiply(Array::from_f32(-5.0))?;
+        Ok(ScanInput { g, ..per_head })
+    }
+
     fn max_diff(a: &Array, b: &Array) -> Result<f32> {
         let d = a.subtract(b)?.abs()?.flatten(None, None)?;
         d.eval()?;
@@ -270,15 +364,66 @@ mod tests {
         Ok(())
     }
 
+    #[test]
+    fn the_per_channel_chunked_form_equals_the_recurrence_across_its_16_token_chunks() -> Result<()>
+    {
+        for tokens in [1, 15, 16, 17, 47, 300] {
+            let x = kda_input(tokens, 7 + tokens as u64)?;
+            assert!(x.per_channel());
+            let start = noise(91, &[2, 3, 16, 8])?.multiply(Array::from_f32(0.3))?;
+            let (o_r, s_r) = recurrent(&x, &start)?;
+            let (o_c, s_c) = chunked(&x, &start)?;
+            assert_eq!(o_c.shape(), o_r.shape(), "{tokens} tokens");
+            let (d_out, d_state) = (max_diff(&o_r, &o_c)?, max_diff(&s_r, &s_c)?);
+            assert!(
+                d_out < 2e-5 && d_state < 2e-5,
+                "{tokens} tokens: outputs differ by {d_out}, states by {d_state}"
+            );
+        }
+        Ok(())
+    }
+
+    /// The strongest decay the lower-bound gate allows on every token of a chunk: the state's
+    /// channels fall by exp(-80) over 16 tokens, and nothing overflows on the way.
+    #[test]
+    fn a_chunk_decaying_by_exp_minus_80_stays_finite_and_exact() -> Result<()> {
+        let x = ScanInput {
+            g: ops::full::<f32>(&[2, 3, 32, 16], Array::from_f32(-5.0))?,
+            ..kda_input(32, 3)?
+        };
+        let start = noise(92, &[2, 3, 16, 8])?;
+        let (o_r, s_r) = recurrent(&x, &start)?;
+        let (o_c, s_c) = chunked(&x, &start)?;
+        let finite = |a: &Array| -> Result<bool> {
+            let f = a.flatten(None, None)?;
+            f.eval()?;
+            Ok(f.as_slice::<f32>().iter().all(|v| v.is_finite()))
+        };
+        assert!(finite(&o_c)? && finite(&s_c)?);
+        assert!(max_diff(&o_r, &o_c)? < 2e-5 && max_diff(&s_r, &s_c)? < 2e-5);
+        Ok(())
+    }
+
     /// Training differentiates the chunked form: its loss and its gradients with respect to
     /// every input (queries, keys, values, decay, strength and the starting state) equal the
-    /// per-token loop's to rounding, at lengths that straddle chunks.
+    /// per-token loop's to rounding, at lengths that straddle chunks, with one decay per head
+    /// and one per key channel (KDA).
     #[test]
     fn the_chunked_form_has_the_per_token_gradients() -> Result<()> {
+        type Make = fn(i32, u64) -> Result<ScanInput>;
+        let cases: [(Make, &[i32]); 2] =
+            [(input, &[1, 63, 65, 130]), (kda_input, &[1, 15, 17, 40])];
+        for (make, lengths) in cases {
+            gradients_match(make, lengths)?;
+        }
+        Ok(())
+    }
+
+    fn gradients_match(make: fn(i32, u64) -> Result<ScanInput>, lengths: &[i32]) -> Result<()> {
         use gmlx_mlx::mlx_rs::error::Exception;
         use gmlx_mlx::mlx_rs::transforms::value_and_grad_with_argnums;
-        for tokens in [1, 63, 65, 130] {
-            let x = input(tokens, 40 + tokens as u64)?;
+        for &tokens in lengths {
+            let x = make(tokens, 40 + tokens as u64)?;
             let start = noise(98, &[2, 3, 16, 8])?.multiply(Array::from_f32(0.3))?;
             let weights = noise(97, &[2, 3, tokens, 8])?;
             let state_weights = noise(96, &[2, 3, 16, 8])?;

@@ -6,6 +6,8 @@
 //! attended latent is decompressed per head by `attn_v_b`. Rotation is llama.cpp's NORM
 //! layout (adjacent pairs). Optional: sinks, a sigmoid output gate, and a lightning indexer
 //! that lets each query see only its `top_k` best-scored keys (shared by later layers).
+//! Kimi-K3's variant: queries from one full projection (`attn_q`), and no rotation at all
+//! (its "rotary" parts enter the scores as they are).
 use gmlx_mlx::{fast, ops, Array};
 
 use crate::blocks::context::ForwardCtx;
@@ -18,11 +20,22 @@ use crate::cache::{Latent, LayerCache};
 use crate::error::{Error, Result};
 use gmlx_mlx::slicing::slice;
 
+/// Where the queries come from.
+#[derive(Debug, Clone)]
+pub enum LatentQuery {
+    /// `attn_q_b(norm(attn_q_a(x)))`: the low-rank query (an indexer reads its rank row).
+    LowRank {
+        attn_q_a: Linear,
+        attn_q_a_norm: RmsNorm,
+        attn_q_b: Linear,
+    },
+    /// `attn_q(x)`.
+    Full { attn_q: Linear },
+}
+
 #[derive(Debug, Clone)]
 pub struct LatentAttention {
-    pub attn_q_a: Linear,
-    pub attn_q_a_norm: RmsNorm,
-    pub attn_q_b: Linear,
+    pub query: LatentQuery,
     pub attn_kv_a_mqa: Linear,
     pub attn_kv_a_norm: RmsNorm,
     /// `[heads, kv_rank, nope_dim]`: a head's non-rotary query into the latent space.
@@ -40,7 +53,8 @@ pub struct LatentAttention {
     pub rope_dim: i32,
     pub kv_rank: i32,
     pub v_dim: i32,
-    pub rope: Rope,
+    /// `None`: nothing rotates (Kimi-K3's nope-only attention).
+    pub rope: Option<Rope>,
 }
 
 /// A lightning indexer: `score(t, s) = sum_h relu(q_th · k_s) · w_th`, the keys with the
@@ -133,11 +147,19 @@ impl LatentAttention {
     fn project(&self, x: &Array) -> Result<Projected> {
         let shape = x.shape();
         let (batch, tokens) = (shape[0], shape[1]);
-        let q_rank = self.attn_q_a_norm.forward(&self.attn_q_a.forward(x)?)?;
+        let (q, q_rank) = match &self.query {
+            LatentQuery::LowRank {
+                attn_q_a,
+                attn_q_a_norm,
+                attn_q_b,
+            } => {
+                let rank = attn_q_a_norm.forward(&attn_q_a.forward(x)?)?;
+                (attn_q_b.forward(&rank)?, Some(rank))
+            }
+            LatentQuery::Full { attn_q } => (attn_q.forward(x)?, None),
+        };
         let head = self.nope_dim + self.rope_dim;
-        let q = self
-            .attn_q_b
-            .forward(&q_rank)?
+        let q = q
             .reshape(&[batch, tokens, self.n_heads, head])?
             .transpose_axes(&[0, 2, 1, 3])?;
         let q_nope = slice(
@@ -159,9 +181,15 @@ impl LatentAttention {
             &[batch, tokens, self.kv_rank],
         )?)?;
         let k_pe = slice(&kv, &[0, 0, self.kv_rank], &[batch, tokens, width])?;
-        let index = match &self.indexer {
-            Some(ix) => Some(ix.inputs(x, &q_rank)?),
-            None => None,
+        let index = match (&self.indexer, &q_rank) {
+            (Some(ix), Some(rank)) => Some(ix.inputs(x, rank)?),
+            (Some(_), None) => {
+                return Err(Error::BadConfig {
+                    key: "attn_q_a".into(),
+                    reason: "a lightning indexer reads the low-rank query".into(),
+                })
+            }
+            (None, _) => None,
         };
         Ok(Projected {
             q_latent,
@@ -180,8 +208,8 @@ impl LatentAttention {
         shared: Option<Array>,
         layer: usize,
     ) -> Result<(Array, Option<Array>)> {
-        let q = ops::concatenate(&[p.q_latent, self.rope.forward(&p.q_pe, 0)?], -1)?;
-        let keys = ops::concatenate(&[p.latent.clone(), self.rope.forward(&p.k_pe, 0)?], -1)?;
+        let q = ops::concatenate(&[p.q_latent, self.rotate(&p.q_pe, 0)?], -1)?;
+        let keys = ops::concatenate(&[p.latent.clone(), self.rotate(&p.k_pe, 0)?], -1)?;
         let visible = mask::causal(0, tokens, 0, tokens, None)?;
         let (mask, selection) =
             self.visibility(p.index, 0, &visible, shared, layer, |k| Ok(k.clone()))?;
@@ -197,8 +225,8 @@ impl LatentAttention {
         cache: &mut Latent,
         layer: usize,
     ) -> Result<(Array, Option<Array>)> {
-        let q = ops::concatenate(&[p.q_latent, self.rope.forward(&p.q_pe, position)?], -1)?;
-        let row = ops::concatenate(&[p.latent, self.rope.forward(&p.k_pe, position)?], -1)?;
+        let q = ops::concatenate(&[p.q_latent, self.rotate(&p.q_pe, position)?], -1)?;
+        let row = ops::concatenate(&[p.latent, self.rotate(&p.k_pe, position)?], -1)?;
         let rows = cache.append_rows(&row)?;
         let s = rows.shape().to_vec();
         let latent = slice(&rows, &[0, 0, 0, 0], &[s[0], s[1], s[2], self.kv_rank])?;
@@ -261,9 +289,17 @@ impl LatentAttention {
         let head = slice(x, &[0, 0, 0, 0], &[s[0], s[1], s[2], nope])?;
         let tail = slice(x, &[0, 0, 0, nope], &[s[0], s[1], s[2], ix.head_dim])?;
         Ok(ops::concatenate(
-            &[head, self.rope.forward(&tail, position)?],
+            &[head, self.rotate(&tail, position)?],
             -1,
         )?)
+    }
+
+    /// `x` rotated at `position` onwards, or as it is without rotation.
+    fn rotate(&self, x: &Array, position: i32) -> Result<Array> {
+        match &self.rope {
+            Some(rope) => rope.forward(x, position),
+            None => Ok(x.clone()),
+        }
     }
 
     fn sdpa(&self, q: &Array, k: &Array, v: &Array, mask: Option<&Array>) -> Result<Array> {
@@ -282,9 +318,18 @@ impl LatentAttention {
     /// Its weights: the projections (adaptable) with the norms, the absorbed matrices, the
     /// sinks and the indexer's.
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
-        v.linear(&self.attn_q_a);
-        v.array(&self.attn_q_a_norm.weight);
-        v.linear(&self.attn_q_b);
+        match &self.query {
+            LatentQuery::LowRank {
+                attn_q_a,
+                attn_q_a_norm,
+                attn_q_b,
+            } => {
+                v.linear(attn_q_a);
+                v.array(&attn_q_a_norm.weight);
+                v.linear(attn_q_b);
+            }
+            LatentQuery::Full { attn_q } => v.linear(attn_q),
+        }
         v.linear(&self.attn_kv_a_mqa);
         v.array(&self.attn_kv_a_norm.weight);
         v.array(&self.attn_k_b);
@@ -306,8 +351,15 @@ impl LatentAttention {
     }
 
     pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
-        v.linear(&mut self.attn_q_a);
-        v.linear(&mut self.attn_q_b);
+        match &mut self.query {
+            LatentQuery::LowRank {
+                attn_q_a, attn_q_b, ..
+            } => {
+                v.linear(attn_q_a);
+                v.linear(attn_q_b);
+            }
+            LatentQuery::Full { attn_q } => v.linear(attn_q),
+        }
         v.linear(&mut self.attn_kv_a_mqa);
         if let Some(g) = &mut self.attn_gate {
             v.linear(g);

@@ -6,6 +6,7 @@ use crate::blocks::attention::Attention;
 use crate::blocks::compressed::CompressedAttention;
 use crate::blocks::context::ForwardCtx;
 use crate::blocks::delta_net::GatedDeltaNet;
+use crate::blocks::kda::Kda;
 use crate::blocks::latent::LatentAttention;
 use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
 use crate::error::Result;
@@ -14,6 +15,7 @@ use crate::error::Result;
 pub enum Mixer {
     Attention(Attention),
     GatedDeltaNet(GatedDeltaNet),
+    Kda(Box<Kda>),
     Latent(Box<LatentAttention>),
     Compressed(Box<CompressedAttention>),
 }
@@ -23,6 +25,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => a.forward(x, layer, ctx),
             Mixer::GatedDeltaNet(d) => d.forward(x, layer, ctx),
+            Mixer::Kda(d) => d.forward(x, layer, ctx),
             Mixer::Latent(a) => a.forward(x, layer, ctx),
             Mixer::Compressed(a) => a.forward(x, layer, ctx),
         }
@@ -32,6 +35,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => a.visit(v),
             Mixer::GatedDeltaNet(d) => d.visit(v),
+            Mixer::Kda(d) => d.visit(v),
             Mixer::Latent(a) => a.visit(v),
             Mixer::Compressed(a) => a.visit(v),
         }
@@ -41,6 +45,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => a.visit_mut(v),
             Mixer::GatedDeltaNet(d) => d.visit_mut(v),
+            Mixer::Kda(d) => d.visit_mut(v),
             Mixer::Latent(a) => a.visit_mut(v),
             Mixer::Compressed(a) => a.visit_mut(v),
         }

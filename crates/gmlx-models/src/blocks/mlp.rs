@@ -5,29 +5,61 @@ use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
 
 use crate::error::Result;
 
-/// `down(silu(gate(x)) * up(x))`.
+/// How a gated MLP combines its gate and up projections.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Glu {
+    /// `silu(gate) * up`.
+    Silu,
+    /// Kimi-K3's `situ`: `beta·tanh(gate/beta)·sigmoid(gate) · lb·tanh(up/lb)`, the up branch
+    /// left as it is when `linear_beta <= 0`.
+    Situ { beta: f32, linear_beta: f32 },
+}
+
+impl Glu {
+    pub fn apply(self, gate: &Array, up: &Array) -> Result<Array> {
+        match self {
+            Glu::Silu => Ok(gate.multiply(ops::sigmoid(gate)?)?.multiply(up)?),
+            Glu::Situ { beta, linear_beta } => {
+                let soft_cap = |x: &Array, b: f32| -> Result<Array> {
+                    Ok(ops::tanh(&x.multiply(Array::from_f32(1.0 / b))?)?
+                        .multiply(Array::from_f32(b))?)
+                };
+                let act = soft_cap(gate, beta)?.multiply(ops::sigmoid(gate)?)?;
+                let up = if linear_beta > 0.0 {
+                    soft_cap(up, linear_beta)?
+                } else {
+                    up.clone()
+                };
+                Ok(act.multiply(&up)?)
+            }
+        }
+    }
+}
+
+/// `down(glu(gate(x), up(x)))`, SwiGLU unless the model says otherwise.
 #[derive(Debug, Clone)]
 pub struct SwiGlu {
     pub ffn_gate: Linear,
     pub ffn_up: Linear,
     pub ffn_down: Linear,
+    pub glu: Glu,
 }
 
 impl SwiGlu {
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let gate = self.ffn_gate.forward(x)?;
         let up = self.ffn_up.forward(x)?;
-        let hidden = gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?;
-        self.ffn_down.forward(&hidden)
+        self.ffn_down.forward(&self.glu.apply(&gate, &up)?)
     }
 }
 
 impl SwiGlu {
     /// Whether [`SwiGlu::forward_host`] takes `rows` rows now.
     pub fn on_host(&self, rows: usize) -> bool {
-        [&self.ffn_gate, &self.ffn_up, &self.ffn_down]
-            .iter()
-            .all(|l| l.on_host(rows))
+        self.glu == Glu::Silu
+            && [&self.ffn_gate, &self.ffn_up, &self.ffn_down]
+                .iter()
+                .all(|l| l.on_host(rows))
     }
 
     /// [`SwiGlu::forward`] of `rows` row-major float32 rows on the host; `None` where

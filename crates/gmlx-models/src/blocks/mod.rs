@@ -1,5 +1,6 @@
 //! The shared math architectures are assembled from.
 pub mod attention;
+pub mod attn_res;
 pub mod compressed;
 pub mod context;
 pub mod decoder;
@@ -7,6 +8,7 @@ pub mod delta_net;
 pub mod delta_rule;
 pub mod host;
 pub mod hyper;
+pub mod kda;
 pub mod latent;
 pub mod linear;
 pub mod mask;

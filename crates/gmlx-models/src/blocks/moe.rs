@@ -188,6 +188,8 @@ pub enum ExpertActivation {
     SwiGluOai { alpha: f32, limit: f32 },
     /// `silu(min(gate, limit)) * clamp(up, -limit, limit)` (DeepSeek-V4, HY4 routed experts).
     SwiGluClamped { limit: f32 },
+    /// Any other gated activation of a dense MLP (Kimi-K3's `situ`).
+    Glu(crate::blocks::mlp::Glu),
 }
 
 /// One of the three matrices of every expert (in this order in a [`Selection`]'s stacks).
@@ -347,6 +349,7 @@ impl Experts {
                 glu.multiply(up.add(Array::from_f32(1.0))?)?
             }
             ExpertActivation::SwiGluClamped { limit } => swiglu_clamped(&gate, &up, limit)?,
+            ExpertActivation::Glu(glu) => glu.apply(&gate, &up)?,
         };
         let out = self
             .store
@@ -431,12 +434,23 @@ impl SharedExpert {
     }
 }
 
+/// Routed experts that work in a narrower latent space (Kimi-K3): the router scores the full
+/// input, the experts read `ffn_routed_down(x)`, and their weighted sum is normed
+/// (`ffn_routed_norm`, when present) and brought back by `ffn_routed_up`.
+#[derive(Debug, Clone)]
+pub struct RoutedLatent {
+    pub ffn_routed_down: Linear,
+    pub ffn_routed_norm: Option<crate::blocks::norm::RmsNorm>,
+    pub ffn_routed_up: Linear,
+}
+
 /// A routed MoE feed-forward with an optional shared expert.
 #[derive(Debug, Clone)]
 pub struct MoeFfn {
     pub router: Router,
     pub experts: Experts,
     pub shared: Option<SharedExpert>,
+    pub latent: Option<RoutedLatent>,
     /// See and may change the routing, in order.
     pub hooks: Vec<Rc<dyn RouteHook>>,
 }
@@ -475,9 +489,19 @@ impl MoeFfn {
             }
             (routing.indices, routing.weights)
         };
-        let per_expert = self.experts.forward(&flat, &indices, at.prefill())?; // [n, k, hidden]
+        let routed_in = match &self.latent {
+            Some(l) => l.ffn_routed_down.forward(&flat)?,
+            None => flat.clone(),
+        };
+        let per_expert = self.experts.forward(&routed_in, &indices, at.prefill())?; // [n, k, d]
         let weights = weights.as_dtype(per_expert.dtype())?.expand_dims(-1)?;
         let mut out = per_expert.multiply(&weights)?.sum_axis(1, false)?;
+        if let Some(l) = &self.latent {
+            if let Some(norm) = &l.ffn_routed_norm {
+                out = norm.forward(&out)?;
+            }
+            out = l.ffn_routed_up.forward(&out)?;
+        }
         if let Some(shared) = &self.shared {
             out = out.add(shared.forward(&flat)?)?;
         }
@@ -491,7 +515,16 @@ impl MoeFfn {
         if let Some(bias) = &self.router.selection_bias {
             v.array(bias);
         }
+        if let Some(l) = &self.latent {
+            v.linear(&l.ffn_routed_down);
+        }
         self.experts.visit(v);
+        if let Some(l) = &self.latent {
+            if let Some(norm) = &l.ffn_routed_norm {
+                v.array(&norm.weight);
+            }
+            v.linear(&l.ffn_routed_up);
+        }
         if let Some(shared) = &self.shared {
             shared.visit(v);
         }
