@@ -162,20 +162,24 @@ pub(crate) fn config(args: &LoraArgs, mask_prompt: bool) -> Result<TrainConfig, 
     .map_err(usage)
 }
 
-/// Float32 products stay exact in training unless the user turned TF32 on; the gated-DeltaNet
-/// scan compounds TF32's rounding over every token of a row, so that case gets one notice.
+/// Float32 products stay exact in training unless the user turned TF32 on; a delta-rule scan
+/// (gated DeltaNet, KDA) compounds TF32's rounding over every token of a row, so that case gets
+/// one notice.
 pub(crate) fn tf32_notice(
     precision: gmlx_mlx::precision::Precision,
     config: &gmlx_models::ModelConfig,
 ) -> Option<String> {
-    let recurrent = config
-        .layers
-        .iter()
-        .any(|l| matches!(l.mixer, gmlx_models::config::MixerSpec::GatedDeltaNet(_)));
+    let recurrent = config.layers.iter().any(|l| {
+        matches!(
+            l.mixer,
+            gmlx_models::config::MixerSpec::GatedDeltaNet(_)
+                | gmlx_models::config::MixerSpec::Kda(_)
+        )
+    });
     (precision.tf32 && recurrent).then(|| {
         format!(
             "gmlx: notice: {} is on, so float32 products on a GPU use TF32 (about 1e-3 relative); \
-             the {} model's gated-DeltaNet scan compounds that over every token of a row \
+             the {} model's delta-rule scan compounds that over every token of a row \
              (unset it, or set it to 0, for exact float32)",
             gmlx_mlx::precision::TF32_VAR,
             config.arch

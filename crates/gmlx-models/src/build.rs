@@ -471,7 +471,12 @@ fn kda(w: &Weights<'_>, c: &ModelConfig, l: usize, d: &KdaSpec) -> Result<Kda> {
         attn_q: linear(w, Tensor::AttnQ, l, inner, h, false)?,
         attn_k: linear(w, Tensor::AttnK, l, inner, h, false)?,
         attn_v: linear(w, Tensor::AttnV, l, inner, h, false)?,
-        ssm_conv1d: gmlx_mlx::ops::concatenate(&taps, 0)?,
+        // a preflight's placeholders are scalars: nothing to join
+        ssm_conv1d: if taps.iter().any(|t| t.ndim() == 0) {
+            Array::from_f32(0.0)
+        } else {
+            gmlx_mlx::ops::concatenate(&taps, 0)?
+        },
         ssm_f_a: linear(w, Tensor::SsmFA, l, d.head_dim, h, false)?,
         ssm_f_b: linear(w, Tensor::SsmFB, l, inner, d.head_dim, false)?,
         ssm_dt: w.array_f32(&Tensor::SsmDt.bias(l), &[inner as u64])?,

@@ -156,4 +156,9 @@ certify! {
     deepseek4_q4_k_m => "deepseek4/deepseek4-Q4_K_M",
     deepseek4_q6_k => "deepseek4/deepseek4-Q6_K",
     deepseek4_mxfp4 => "deepseek4/deepseek4-MXFP4_MOE",
+    kimi_k3_f16 => "kimi-k3/kimi-k3-F16",
+    kimi_k3_q8_0 => "kimi-k3/kimi-k3-Q8_0",
+    kimi_k3_q4_k_m => "kimi-k3/kimi-k3-Q4_K_M",
+    kimi_k3_q6_k => "kimi-k3/kimi-k3-Q6_K",
+    kimi_k3_mxfp4 => "kimi-k3/kimi-k3-MXFP4_MOE",
 }

@@ -1,8 +1,10 @@
-//! The recurrent state of the hybrid gated-DeltaNet models across calls: on the `qwen3next`
-//! fixture (layers 0-1 DeltaNet, layer 2 attention), a sequence fed in pieces of 1, 7, 64 and
-//! 65 tokens (chunked scans that start mid-chunk, single-token recurrences between them)
-//! gives the logits of one pass over the whole sequence; the state stays float32 and its size
-//! does not grow; under bfloat16 activations the state is still float32.
+//! The recurrent state of the hybrid gated-DeltaNet and KDA models across calls: on the
+//! `qwen3next` fixture (layers 0-1 DeltaNet, layer 2 attention) and the `kimi-k3` one (layers
+//! 0, 1 and 3 KDA, layer 2 latent attention, attention residuals), a sequence fed in pieces of
+//! 1, 7, 64, 65 or 16, 17 tokens (chunked scans that start mid-chunk, single-token
+//! recurrences between them) gives the logits of one pass over the whole sequence; the state
+//! stays float32 and its size does not grow; under bfloat16 activations the state is still
+//! float32.
 mod common;
 
 use gmlx_mlx::{Array, Dtype};
@@ -20,17 +22,35 @@ fn state_of(cache: &gmlx_models::cache::SequenceCache, l: usize) -> (usize, Dtyp
 
 #[test]
 fn pieces_of_any_length_continue_the_recurrent_state_exactly() {
-    let (path, sequence) = common::fixture("qwen3next", "F16");
+    pieces_continue_the_state("qwen3next", &[1, 7, 64, 1, 65, 3, 100, 1, 1], |c| {
+        matches!(c.layers()[2], LayerCache::FullKv(_))
+    });
+}
+
+#[test]
+fn pieces_straddling_kda_chunks_continue_its_state_exactly() {
+    pieces_continue_the_state("kimi-k3", &[1, 7, 16, 1, 17, 3, 15, 33, 100, 1, 1], |c| {
+        matches!(c.layers()[2], LayerCache::Latent(_))
+            && matches!(c.layers()[3], LayerCache::Recurrent(_))
+    });
+}
+
+fn pieces_continue_the_state(
+    arch: &str,
+    pieces: &[usize],
+    layout: impl Fn(&gmlx_models::cache::SequenceCache) -> bool,
+) {
+    let (path, sequence) = common::fixture(arch, "F16");
     let loaded = load(&path, &LoadOptions::default()).expect("load");
     let model = &loaded.model;
     let whole = common::all_logits(&loaded, &sequence);
 
     let mut cache = model.new_cache();
-    assert!(matches!(cache.layers()[2], LayerCache::FullKv(_)));
+    assert!(layout(&cache), "{arch}: unexpected cache layout");
     let mut at = 0;
     let mut worst = 0f32;
     let mut sizes = Vec::new();
-    for len in [1, 7, 64, 1, 65, 3, 100, 1, 1] {
+    for &len in pieces {
         let piece = &sequence[at..(at + len).min(sequence.len())];
         let tokens = Array::from_slice(piece, &[1, piece.len() as i32]);
         let logits = model
@@ -51,8 +71,11 @@ fn pieces_of_any_length_continue_the_recurrent_state_exactly() {
         assert_eq!(dtype, Dtype::Float32);
         sizes.push(bytes);
     }
-    assert_eq!(at, 243);
-    assert!(worst < 1e-4, "pieces differ from one pass by {worst}");
+    assert_eq!(at, pieces.iter().sum::<usize>().min(sequence.len()));
+    assert!(
+        worst < 1e-4,
+        "{arch}: pieces differ from one pass by {worst}"
+    );
     assert!(
         sizes.windows(2).all(|w| w[0] == w[1]),
         "the recurrent state changed size: {sizes:?}"

@@ -100,6 +100,7 @@ fn expert_mass_keeps_the_first_experts_and_the_probe_changes_nothing() {
         ("qwen35moe", "Q8_0"),
         ("hy_v4", "Q4_K_M"),
         ("deepseek4", "MXFP4_MOE"),
+        ("kimi-k3", "MXFP4_MOE"),
     ] {
         let (path, sequence) = fixture(arch, codec);
         let tokens = &sequence[..TOKENS];
