@@ -87,6 +87,8 @@ table! {
         AttentionTemperatureScale => "{arch}.attention.temperature_scale",
         AttentionRecurrentLayers => "{arch}.attention.recurrent_layers",
         AttentionIndexerHeadCount => "{arch}.attention.indexer.head_count",
+        AttentionIndexerKpool => "{arch}.attention.indexer.kpool",
+        AttentionIndexerKpoolSelectTail => "{arch}.attention.indexer.kpool_select_tail",
         AttentionIndexerKeyLength => "{arch}.attention.indexer.key_length",
         AttentionIndexerTopK => "{arch}.attention.indexer.top_k",
         AttentionIndexerTypes => "{arch}.attention.indexer.types",

@@ -10,12 +10,12 @@ use crate::blocks::attn_res::{BlockResidual, ResidualMix};
 use crate::blocks::compressed::{hadamard, BlockIndexer, CompressedAttention, Compressor};
 use crate::blocks::decoder::{BlockHyper, Decoder, DecoderLayer, Embedding, Ffn};
 use crate::blocks::delta_net::{DeltaGates, DeltaInput, GatedDeltaNet};
-use crate::blocks::hyper::{HyperConnection, HyperHead};
+use crate::blocks::hyper::{HyperConnection, HyperHead, StreamsHead};
 use crate::blocks::kda::{Kda, KdaGate};
-use crate::blocks::latent::{Indexer, LatentAttention, LatentQuery};
+use crate::blocks::latent::{Indexer, LatentAttention, LatentIndexer, LatentQuery, PoolIndexer};
 use crate::blocks::linear::Linear;
 use crate::blocks::mixer::Mixer;
-use crate::blocks::mlp::SwiGlu;
+use crate::blocks::mlp::{Glu, SwiGlu};
 use crate::blocks::moe::{ExpertPlacement, Experts, MoeFfn, RoutedLatent, Router, SharedExpert};
 use crate::blocks::rope::Rope;
 use crate::config::{
@@ -74,15 +74,18 @@ fn decoder(w: &Weights<'_>, config: &ModelConfig) -> Result<Decoder> {
             .hyper
             .map(|h| -> Result<_> {
                 let (n, flat) = (h.streams as u64, (h.streams * c.hidden) as u64);
+                if c.hyper_mean_head {
+                    return Ok((h.streams, StreamsHead::Mean));
+                }
                 Ok((
                     h.streams,
-                    HyperHead {
+                    StreamsHead::Weighted(HyperHead {
                         mix: w.array_f32(&Tensor::HcHeadFn.weight(0), &[flat, n])?,
                         base: w.array_f32(&Tensor::HcHeadBase.weight(0), &[n])?,
                         scale: w.array_f32(&Tensor::HcHeadScale.weight(0), &[1])?,
                         eps: h.eps,
                         norm_eps: c.rms_eps,
-                    },
+                    }),
                 ))
             })
             .transpose()?,
@@ -156,7 +159,7 @@ fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result
         })
         .transpose()?;
     let ffn = match &spec.ffn {
-        FfnSpec::Dense { hidden } => Ffn::Dense(dense(w, c, l, *hidden)?),
+        FfnSpec::Dense { hidden, clamp } => Ffn::Dense(dense(w, c, l, *hidden, *clamp)?),
         FfnSpec::Moe(m) => Ffn::Moe(Box::new(moe(w, c, l, m)?)),
     };
     let mix = |t: Tensor| -> Result<ResidualMix> {
@@ -240,7 +243,34 @@ fn latent(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &LatentSpec) -> Result<
     let heads = a.n_heads;
     let dims = |v: &[i32]| v.iter().map(|&d| d as u64).collect::<Vec<u64>>();
     let indexer = match a.indexer.filter(|i| i.owns) {
-        Some(i) => Some(Indexer {
+        Some(i) if i.pool.is_some() => {
+            let (kpool, select_tail) = i.pool.unwrap_or_default();
+            let d = i.head_dim as u64;
+            Some(LatentIndexer::Pools(PoolIndexer {
+                attn_q_b: linear(
+                    w,
+                    Tensor::IndexerAttnQB,
+                    l,
+                    i.heads * i.head_dim,
+                    a.q_rank,
+                    false,
+                )?,
+                attn_k: linear(w, Tensor::IndexerAttnK, l, i.head_dim, h, false)?,
+                k_norm_weight: w.array(&Tensor::IndexerKNorm.weight(l), &[d])?,
+                k_norm_bias: w.array(&Tensor::IndexerKNorm.bias(l), &[d])?,
+                kpool_gate: linear(w, Tensor::IndexerCompressorGate, l, i.head_dim, h, false)?,
+                kpool_ape: w
+                    .array_f32(&Tensor::IndexerCompressorApe.weight(l), &[d, kpool as u64])?,
+                proj: linear(w, Tensor::IndexerProj, l, i.heads, h, false)?,
+                heads: i.heads,
+                head_dim: i.head_dim,
+                top_k: i.top_k,
+                kpool,
+                select_tail,
+                eps: c.layer_norm_eps,
+            }))
+        }
+        Some(i) => Some(LatentIndexer::Keys(Indexer {
             attn_q_b: linear(
                 w,
                 Tensor::IndexerAttnQB,
@@ -257,7 +287,7 @@ fn latent(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &LatentSpec) -> Result<
             head_dim: i.head_dim,
             top_k: i.top_k,
             eps: c.rms_eps,
-        }),
+        })),
         None => None,
     };
     let q_out = heads * (a.nope_dim + a.rope_dim);
@@ -494,7 +524,13 @@ fn kda(w: &Weights<'_>, c: &ModelConfig, l: usize, d: &KdaSpec) -> Result<Kda> {
 }
 
 /// The SwiGLU MLP of layer `l`.
-fn dense(w: &Weights<'_>, c: &ModelConfig, l: usize, hidden: i32) -> Result<SwiGlu> {
+fn dense(
+    w: &Weights<'_>,
+    c: &ModelConfig,
+    l: usize,
+    hidden: i32,
+    clamp: Option<f32>,
+) -> Result<SwiGlu> {
     if hidden <= 0 {
         return Err(Error::BadConfig {
             key: format!("{}.feed_forward_length", c.arch),
@@ -506,7 +542,7 @@ fn dense(w: &Weights<'_>, c: &ModelConfig, l: usize, hidden: i32) -> Result<SwiG
         ffn_gate: linear(w, Tensor::FfnGate, l, hidden, h, false)?,
         ffn_up: linear(w, Tensor::FfnUp, l, hidden, h, false)?,
         ffn_down: linear(w, Tensor::FfnDown, l, h, hidden, false)?,
-        glu: c.glu,
+        glu: clamp.map_or(c.glu, |limit| Glu::SiluClamped { limit }),
     })
 }
 

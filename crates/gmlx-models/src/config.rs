@@ -166,6 +166,9 @@ pub struct IndexerSpec {
     /// This layer computes the selection (and keeps the indexer's keys); otherwise it reuses
     /// the selection of the last layer before it that does.
     pub owns: bool,
+    /// GLM-5-Next: scores pools of `kpool` consecutive keys (`.0`), each query also seeing its
+    /// own incomplete pool when `.1`; `None`: scores every key.
+    pub pool: Option<(i32, bool)>,
 }
 
 /// Hyper-connections: the residual stream is `streams` parallel copies of the hidden state,
@@ -235,9 +238,10 @@ pub struct AttentionSpec {
 /// The feed-forward half of one block.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FfnSpec {
-    /// A SwiGLU MLP of this hidden size.
+    /// A SwiGLU MLP of this hidden size, its SwiGLU clamped at `clamp` (GLM-5-Next).
     Dense {
         hidden: i32,
+        clamp: Option<f32>,
     },
     Moe(MoeConfig),
 }
@@ -347,7 +351,7 @@ impl fmt::Display for LayerSpec {
             }
         }
         match &self.ffn {
-            FfnSpec::Dense { hidden } => write!(f, " | mlp {hidden}"),
+            FfnSpec::Dense { hidden, .. } => write!(f, " | mlp {hidden}"),
             FfnSpec::Moe(m) => {
                 write!(
                     f,
@@ -377,11 +381,15 @@ pub struct ModelConfig {
     pub hidden: i32,
     pub vocab: i32,
     pub rms_eps: f32,
+    /// `attention.layer_norm_epsilon` (0 when absent, as llama.cpp leaves it): LayerNorms.
+    pub layer_norm_eps: f32,
     pub context_length: usize,
     /// One entry per block, in order: what each layer mixes with, its feed-forward, its cache.
     pub layers: Vec<LayerSpec>,
     /// Several residual streams instead of one (HY4).
     pub hyper: Option<HyperSpec>,
+    /// The streams' final reduction is their mean (GLM-5-Next), not `output_hc_*`.
+    pub hyper_mean_head: bool,
     /// Attention residuals across blocks, banked every this many blocks (Kimi-K3).
     pub attn_res: Option<usize>,
     /// The gated activation of dense MLPs and shared experts.
@@ -538,6 +546,8 @@ fn synth_blocks(
     };
     let context_length = file.get_u32(&Kv::ContextLength)? as usize;
     let rope_dims = match meta.opt_u32(&Kv::RopeDimensionCount)? {
+        // a hybrid's attention may rotate nothing (GLM-5-Next)
+        Some(0) if zero_marks_recurrent => 0,
         Some(v) => positive(file, Kv::RopeDimensionCount, v)?,
         None => head_dim,
     };
@@ -574,7 +584,10 @@ fn synth_blocks(
                 bias: false,
                 output_gate: false,
             }),
-            ffn: FfnSpec::Dense { hidden: ffn_hidden },
+            ffn: FfnSpec::Dense {
+                hidden: ffn_hidden,
+                clamp: None,
+            },
             ffn_norm: Tensor::FfnNorm,
         })
         .collect();
@@ -584,9 +597,11 @@ fn synth_blocks(
         hidden,
         vocab,
         rms_eps,
+        layer_norm_eps: meta.opt_f32(&Kv::AttentionLayerNormEpsilon)?.unwrap_or(0.0),
         context_length,
         layers,
         hyper: None,
+        hyper_mean_head: false,
         attn_res: None,
         glu: Glu::Silu,
     };

@@ -65,6 +65,11 @@ pub static ARCHES: &[ArchSpec] = &[
         build: build::model,
     },
     ArchSpec {
+        name: "glm5-next",
+        synth: arch::glm5_next::synth,
+        build: build::model,
+    },
+    ArchSpec {
         name: "kimi-k3",
         synth: arch::kimi_k3::synth,
         build: build::model,

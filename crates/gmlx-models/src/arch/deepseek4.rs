@@ -166,6 +166,7 @@ fn indexer(file: &GgufFile, rope_dim: i32) -> Result<IndexerSpec> {
         head_dim,
         top_k: i32::try_from(top_k).unwrap_or(i32::MAX),
         owns: true,
+        pool: None,
     })
 }
 

@@ -159,6 +159,7 @@ fn indexer(
             head_dim,
             top_k: i32::try_from(top_k).unwrap_or(i32::MAX),
             owns: true,
+            pool: None,
         },
         owns,
     )))

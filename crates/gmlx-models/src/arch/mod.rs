@@ -1,5 +1,6 @@
 //! One file per `general.architecture`: its tensor table, its config synthesis, its build.
 pub mod deepseek4;
+pub mod glm5_next;
 pub mod gpt_oss;
 pub mod hy_v4;
 pub mod kimi_k3;

@@ -5,7 +5,7 @@ use gmlx_mlx::{Array, Dtype, QuantWeight};
 
 use crate::blocks::attn_res::{self, BlockResidual, ResidualMix};
 use crate::blocks::context::ForwardCtx;
-use crate::blocks::hyper::{HyperConnection, HyperHead};
+use crate::blocks::hyper::{HyperConnection, StreamsHead};
 use crate::blocks::linear::Linear;
 use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::SwiGlu;
@@ -360,7 +360,7 @@ pub struct Decoder {
     /// `None` when the output head is tied to the token embedding (then resident).
     pub output: Option<QuantWeight>,
     /// With hyper-connections: the streams' count and their final reduction.
-    pub hyper_head: Option<(i32, HyperHead)>,
+    pub hyper_head: Option<(i32, StreamsHead)>,
     /// With attention residuals: the final mix of the banked checkpoints and the residual.
     pub res_head: Option<ResidualMix>,
     pub dtype: Dtype,
@@ -445,7 +445,7 @@ impl Decoder {
         for layer in &self.layers {
             layer.visit(v);
         }
-        if let Some((_, head)) = &self.hyper_head {
+        if let Some((_, StreamsHead::Weighted(head))) = &self.hyper_head {
             v.array(&head.mix);
             v.array(&head.base);
             v.array(&head.scale);

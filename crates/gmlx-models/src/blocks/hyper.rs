@@ -115,7 +115,29 @@ fn sinkhorn(logits: &Array, iterations: i32, eps: f32) -> Result<Array> {
     Ok(m)
 }
 
-/// The final reduction of the streams before the output norm: `output_hc_{fn,base,scale}`.
+/// The final reduction of the streams before the output norm.
+#[derive(Debug, Clone)]
+pub enum StreamsHead {
+    /// Weighted by `output_hc_{fn,base,scale}` (DeepSeek-V4, HY4).
+    Weighted(HyperHead),
+    /// Their mean (GLM-5-Next).
+    Mean,
+}
+
+impl StreamsHead {
+    /// `x [batch, tokens, streams, hidden]` to `[batch, tokens, hidden]`.
+    pub fn reduce(&self, x: &Array) -> Result<Array> {
+        match self {
+            StreamsHead::Weighted(head) => head.reduce(x),
+            StreamsHead::Mean => {
+                let mean = x.as_dtype(Dtype::Float32)?.mean_axis(-2, false)?;
+                Ok(mean.as_dtype(x.dtype())?)
+            }
+        }
+    }
+}
+
+/// `output_hc_{fn,base,scale}`.
 #[derive(Debug, Clone)]
 pub struct HyperHead {
     /// `[streams, streams · hidden]`, float32.

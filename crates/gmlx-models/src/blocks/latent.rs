@@ -7,7 +7,8 @@
 //! layout (adjacent pairs). Optional: sinks, a sigmoid output gate, and a lightning indexer
 //! that lets each query see only its `top_k` best-scored keys (shared by later layers).
 //! Kimi-K3's variant: queries from one full projection (`attn_q`), and no rotation at all
-//! (its "rotary" parts enter the scores as they are).
+//! (its "rotary" parts enter the scores as they are). GLM-5-Next's indexer scores pools of
+//! `kpool` consecutive keys instead of single keys ([`PoolIndexer`]).
 use gmlx_mlx::{fast, ops, Array};
 
 use crate::blocks::context::ForwardCtx;
@@ -46,7 +47,7 @@ pub struct LatentAttention {
     pub attn_output: Linear,
     pub sinks: Option<Array>,
     /// This layer's own indexer; `None` with `shares_selection` reads the last one's choice.
-    pub indexer: Option<Indexer>,
+    pub indexer: Option<LatentIndexer>,
     pub shares_selection: bool,
     pub n_heads: i32,
     pub nope_dim: i32,
@@ -55,6 +56,205 @@ pub struct LatentAttention {
     pub v_dim: i32,
     /// `None`: nothing rotates (Kimi-K3's nope-only attention).
     pub rope: Option<Rope>,
+}
+
+/// What chooses the keys a query sees.
+#[derive(Debug, Clone)]
+pub enum LatentIndexer {
+    /// Scores every key (HY4).
+    Keys(Indexer),
+    /// Scores pools of consecutive keys (GLM-5-Next).
+    Pools(PoolIndexer),
+}
+
+impl LatentIndexer {
+    fn inputs(&self, x: &Array, q_rank: &Array) -> Result<IndexInputs> {
+        match self {
+            LatentIndexer::Keys(ix) => ix.inputs(x, q_rank),
+            LatentIndexer::Pools(ix) => ix.inputs(x, q_rank),
+        }
+    }
+
+    fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
+        match self {
+            LatentIndexer::Keys(ix) => {
+                v.linear(&ix.attn_q_b);
+                v.linear(&ix.attn_k);
+                v.array(&ix.k_norm_weight);
+                v.array(&ix.k_norm_bias);
+                v.linear(&ix.proj);
+            }
+            LatentIndexer::Pools(ix) => {
+                v.linear(&ix.attn_q_b);
+                v.linear(&ix.attn_k);
+                v.array(&ix.k_norm_weight);
+                v.array(&ix.k_norm_bias);
+                v.linear(&ix.kpool_gate);
+                v.array(&ix.kpool_ape);
+                v.linear(&ix.proj);
+            }
+        }
+    }
+
+    fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
+        match self {
+            LatentIndexer::Keys(ix) => {
+                v.linear(&mut ix.attn_q_b);
+                v.linear(&mut ix.attn_k);
+                v.linear(&mut ix.proj);
+            }
+            LatentIndexer::Pools(ix) => {
+                v.linear(&mut ix.attn_q_b);
+                v.linear(&mut ix.attn_k);
+                v.linear(&mut ix.kpool_gate);
+                v.linear(&mut ix.proj);
+            }
+        }
+    }
+}
+
+/// GLM-5-Next's k-pool indexer. Each key position keeps `k = LayerNorm(attn_k · x)` and gate
+/// logits `g = kpool_gate · x`; every `kpool` consecutive positions (a pool, once complete)
+/// pool into one key, `sum_j softmax_j(g_j + ape_j) · k_j` per channel. A query scores the
+/// complete pools that end at or before it, `sum_h relu(q_h · pooled) · w_h`, and sees the
+/// keys of its `top_k / kpool` best pools, plus (with `select_tail`) the positions of its own
+/// pool not yet complete. Nothing rotates.
+#[derive(Debug, Clone)]
+pub struct PoolIndexer {
+    pub attn_q_b: Linear,
+    pub attn_k: Linear,
+    pub k_norm_weight: Array,
+    pub k_norm_bias: Array,
+    pub kpool_gate: Linear,
+    /// `[kpool, head_dim]` float32: added to the gate logits by place in the pool.
+    pub kpool_ape: Array,
+    pub proj: Linear,
+    pub heads: i32,
+    pub head_dim: i32,
+    pub top_k: i32,
+    pub kpool: i32,
+    pub select_tail: bool,
+    /// The epsilon of the keys' LayerNorm.
+    pub eps: f32,
+}
+
+impl PoolIndexer {
+    /// Queries `[b, t, heads, dim]`, the rows the cache keeps `[b, 1, t, 2 · dim]` (keys, then
+    /// gate logits), weights `[b, t, heads]`.
+    fn inputs(&self, x: &Array, q_rank: &Array) -> Result<IndexInputs> {
+        let shape = x.shape();
+        let (batch, tokens) = (shape[0], shape[1]);
+        let q =
+            self.attn_q_b
+                .forward(q_rank)?
+                .reshape(&[batch, tokens, self.heads, self.head_dim])?;
+        let k = fast::layer_norm(
+            &self.attn_k.forward(x)?,
+            Some(&self.k_norm_weight),
+            Some(&self.k_norm_bias),
+            self.eps,
+        )?;
+        let rows = ops::concatenate(&[k, self.kpool_gate.forward(x)?], -1)?;
+        let scale = 1.0 / ((self.head_dim * self.heads) as f32).sqrt();
+        let w = self.proj.forward(x)?.multiply(Array::from_f32(scale))?;
+        Ok(IndexInputs {
+            q,
+            k: rows.expand_dims_axes(&[1])?,
+            w,
+        })
+    }
+
+    /// The keys each query sees, `[b, 1, t, s]` booleans: `q [b, t, heads, dim]` of the
+    /// queries at `position..`, `rows [b, 1, s, 2 · dim]` of every position from 0,
+    /// `w [b, t, heads]`, `visible [t, s]` the causal mask.
+    fn select(
+        &self,
+        q: &Array,
+        rows: &Array,
+        w: &Array,
+        position: i32,
+        visible: &Array,
+    ) -> Result<Array> {
+        let (batch, tokens, keys) = (q.shape()[0], q.shape()[1], rows.shape()[2]);
+        let (kpool, dim) = (self.kpool, self.head_dim);
+        let pools = keys / kpool;
+        let queries = Array::arange::<_, i32>(position, position + tokens, None)?;
+        // a query's own pool, not complete yet: the positions after its last complete pool
+        let pool_start = queries
+            .add(Array::from_int(1))?
+            .floor_divide(Array::from_int(kpool))?
+            .multiply(Array::from_int(kpool))?
+            .reshape(&[tokens, 1])?;
+        let key_pos = Array::arange::<_, i32>(0, keys, None)?.reshape(&[1, keys])?;
+        let tail = if self.select_tail {
+            key_pos.ge(&pool_start)?.logical_and(visible)?
+        } else {
+            ops::zeros_dtype(&[tokens, keys], gmlx_mlx::Dtype::Bool)?
+        };
+        if pools == 0 {
+            return Ok(ops::broadcast_to(
+                tail.reshape(&[1, 1, tokens, keys])?,
+                &[batch, 1, tokens, keys],
+            )?);
+        }
+        // pool the complete pools: [b, pools, kpool, dim] keys and gates
+        let members = slice(rows, &[0, 0, 0, 0], &[batch, 1, pools * kpool, 2 * dim])?
+            .reshape(&[batch, pools, kpool, 2 * dim])?
+            .as_dtype(gmlx_mlx::Dtype::Float32)?;
+        let k = slice(&members, &[0, 0, 0, 0], &[batch, pools, kpool, dim])?;
+        let g = slice(&members, &[0, 0, 0, dim], &[batch, pools, kpool, 2 * dim])?;
+        let probs = ops::softmax_axis(&g.add(&self.kpool_ape)?, 2, true)?;
+        let pooled = probs.multiply(&k)?.sum_axis(2, false)?; // [b, pools, dim]
+                                                              // scores [b, t, pools]
+        let q = q
+            .as_dtype(gmlx_mlx::Dtype::Float32)?
+            .transpose_axes(&[0, 2, 1, 3])?; // [b, h, t, d]
+        let dots = ops::maximum(
+            &q.matmul(pooled.expand_dims(1)?.transpose_axes(&[0, 1, 3, 2])?)?,
+            Array::from_f32(0.0),
+        )?; // [b, h, t, pools]
+        let w = w
+            .as_dtype(gmlx_mlx::Dtype::Float32)?
+            .transpose_axes(&[0, 2, 1])?
+            .expand_dims(-1)?;
+        let scores = dots.multiply(&w)?.sum_axis(1, false)?; // [b, t, pools]
+                                                             // a pool is a candidate once complete at or before the query
+        let pool_end = Array::arange::<_, i32>(0, pools, None)?
+            .add(Array::from_int(1))?
+            .multiply(Array::from_int(kpool))?
+            .subtract(Array::from_int(1))?
+            .reshape(&[1, pools])?;
+        let candidate = pool_end.le(&queries.reshape(&[tokens, 1])?)?; // [t, pools]
+        let chosen = best_visible(&scores, &candidate, self.top_k / kpool)?; // [b, t, pools]
+                                                                             // pools to their keys; positions past the last complete pool belong to none
+        let mut chosen_keys =
+            ops::broadcast_to(chosen.expand_dims(-1)?, &[batch, tokens, pools, kpool])?
+                .reshape(&[batch, tokens, pools * kpool])?;
+        if pools * kpool < keys {
+            let rest = ops::zeros_dtype(
+                &[batch, tokens, keys - pools * kpool],
+                gmlx_mlx::Dtype::Bool,
+            )?;
+            chosen_keys = ops::concatenate(&[chosen_keys, rest], -1)?;
+        }
+        let seen = chosen_keys.logical_and(visible)?.logical_or(&tail)?;
+        Ok(seen.expand_dims(1)?)
+    }
+}
+
+/// `[b, t, n]` booleans: for each query, its `k` best-scored candidates (all of them when
+/// fewer); `candidate [t, n]`.
+fn best_visible(scores: &Array, candidate: &Array, k: i32) -> Result<Array> {
+    let n = scores.shape()[2];
+    let candidate = ops::broadcast_to(candidate.expand_dims(0)?, scores.shape())?;
+    if k >= n {
+        return Ok(candidate);
+    }
+    let masked = ops::select(&candidate, scores, Array::from_f32(f32::NEG_INFINITY))?;
+    let order = ops::partition_axis(&masked.negative()?, k - 1, -1)?;
+    let s = order.shape().to_vec();
+    let kth = slice(&order, &[0, 0, k - 1], &[s[0], s[1], k])?.negative()?;
+    Ok(masked.ge(&kth)?.logical_and(&candidate)?)
 }
 
 /// A lightning indexer: `score(t, s) = sum_h relu(q_th · k_s) · w_th`, the keys with the
@@ -260,11 +460,16 @@ impl LatentAttention {
         keys_held: impl FnOnce(&Array) -> Result<Array>,
     ) -> Result<(Option<Array>, Option<Array>)> {
         match (&self.indexer, index) {
-            (Some(ix), Some(inputs)) => {
+            (Some(LatentIndexer::Keys(ix)), Some(inputs)) => {
                 let q =
                     self.rotate_trailing(&inputs.q.transpose_axes(&[0, 2, 1, 3])?, ix, position)?;
                 let k = keys_held(&self.rotate_trailing(&inputs.k, ix, position)?)?;
                 let selected = ix.select(&q, &k, &inputs.w, visible)?;
+                Ok((Some(selected.clone()), Some(selected)))
+            }
+            (Some(LatentIndexer::Pools(ix)), Some(inputs)) => {
+                let rows = keys_held(&inputs.k)?;
+                let selected = ix.select(&inputs.q, &rows, &inputs.w, position, visible)?;
                 Ok((Some(selected.clone()), Some(selected)))
             }
             _ if self.shares_selection => match shared {
@@ -342,11 +547,7 @@ impl LatentAttention {
             v.array(s);
         }
         if let Some(ix) = &self.indexer {
-            v.linear(&ix.attn_q_b);
-            v.linear(&ix.attn_k);
-            v.array(&ix.k_norm_weight);
-            v.array(&ix.k_norm_bias);
-            v.linear(&ix.proj);
+            ix.visit(v);
         }
     }
 
@@ -366,9 +567,7 @@ impl LatentAttention {
         }
         v.linear(&mut self.attn_output);
         if let Some(ix) = &mut self.indexer {
-            v.linear(&mut ix.attn_q_b);
-            v.linear(&mut ix.attn_k);
-            v.linear(&mut ix.proj);
+            ix.visit_mut(v);
         }
     }
 }

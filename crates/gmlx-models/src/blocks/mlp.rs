@@ -10,6 +10,8 @@ use crate::error::Result;
 pub enum Glu {
     /// `silu(gate) * up`.
     Silu,
+    /// `silu(min(gate, limit)) * clamp(up, -limit, limit)` (GLM-5-Next's dense blocks).
+    SiluClamped { limit: f32 },
     /// Kimi-K3's `situ`: `beta·tanh(gate/beta)·sigmoid(gate) · lb·tanh(up/lb)`, the up branch
     /// left as it is when `linear_beta <= 0`.
     Situ { beta: f32, linear_beta: f32 },
@@ -19,6 +21,7 @@ impl Glu {
     pub fn apply(self, gate: &Array, up: &Array) -> Result<Array> {
         match self {
             Glu::Silu => Ok(gate.multiply(ops::sigmoid(gate)?)?.multiply(up)?),
+            Glu::SiluClamped { limit } => crate::blocks::moe::swiglu_clamped(gate, up, limit),
             Glu::Situ { beta, linear_beta } => {
                 let soft_cap = |x: &Array, b: f32| -> Result<Array> {
                     Ok(ops::tanh(&x.multiply(Array::from_f32(1.0 / b))?)?

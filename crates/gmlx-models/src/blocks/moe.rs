@@ -379,7 +379,7 @@ pub(crate) fn host_ids(tokens: &Array) -> Result<Vec<u32>> {
 }
 
 /// `silu(min(gate, limit)) * clamp(up, -limit, limit)`.
-fn swiglu_clamped(gate: &Array, up: &Array, limit: f32) -> Result<Array> {
+pub(crate) fn swiglu_clamped(gate: &Array, up: &Array, limit: f32) -> Result<Array> {
     let gate = ops::minimum(gate, Array::from_f32(limit))?;
     let up = ops::minimum(
         ops::maximum(up, Array::from_f32(-limit))?,
