@@ -1,5 +1,5 @@
 //! Adapters on the certified fixtures against llama.cpp, and every projection of `hy_v4` and
-//! `deepseek4` as an adapter target by its GGUF name. For each fixture, an adapter on every
+//! `deepseek4` (and `kimi-k3`) as an adapter target by its GGUF name. For each fixture, an adapter on every
 //! projection that gmlx and llama.cpp's graph both adapt (tests/goldens/<arch>-lora.gguf, made
 //! with its llama.cpp golden by tests/goldens/make_fixture_adapter_golden.py) gives llama.cpp's
 //! logits; on `hy_v4` and `deepseek4`, an adapter on any single projection changes gmlx's,
@@ -193,4 +193,38 @@ fn an_adapter_on_any_deepseek4_projection_changes_the_logits() {
     ));
     // past the first 128-position block (its pooled row) and the indexer's top-16
     an_adapter_on_any_projection_moves_the_logits("deepseek4", 140, &required);
+}
+
+#[test]
+fn an_adapter_on_any_kimi_k3_projection_changes_the_logits() {
+    let mut required = names(
+        &[0, 1, 3],
+        &[
+            "attn_q", "attn_k", "attn_v", "ssm_f_a", "ssm_f_b", "ssm_beta", "ssm_g",
+            "attn_output",
+        ],
+    );
+    required.extend(names(
+        &[2],
+        &[
+            "attn_q_a",
+            "attn_q_b",
+            "attn_kv_a_mqa",
+            "attn_gate",
+            "attn_output",
+        ],
+    ));
+    required.extend(names(&[0], &["ffn_gate", "ffn_up", "ffn_down"]));
+    required.extend(names(
+        &[1, 2, 3],
+        &[
+            "ffn_routed_down",
+            "ffn_routed_up",
+            "ffn_gate_shexp",
+            "ffn_up_shexp",
+            "ffn_down_shexp",
+        ],
+    ));
+    // past two 16-token KDA chunks
+    an_adapter_on_any_projection_moves_the_logits("kimi-k3", 40, &required);
 }
