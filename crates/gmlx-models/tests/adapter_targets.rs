@@ -200,7 +200,13 @@ fn an_adapter_on_any_kimi_k3_projection_changes_the_logits() {
     let mut required = names(
         &[0, 1, 3],
         &[
-            "attn_q", "attn_k", "attn_v", "ssm_f_a", "ssm_f_b", "ssm_beta", "ssm_g",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "ssm_f_a",
+            "ssm_f_b",
+            "ssm_beta",
+            "ssm_g",
             "attn_output",
         ],
     );
