@@ -493,6 +493,7 @@ fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
         "hy_v4",
         "deepseek4",
         "kimi-k3",
+        "glm5-next",
     ];
     // the made-up-fact rows without their valid.jsonl
     let train_only = scratch("train-only");

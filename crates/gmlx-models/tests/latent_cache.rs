@@ -77,3 +77,47 @@ fn a_prefix_within_the_indexer_top_k_attends_to_every_key() {
         .fold(0.0, f32::max);
     assert!(worst < TOLERANCE, "uncached prefix differs by {worst}");
 }
+
+/// `glm5-next` (KDA layers 0 and 3, latent layers 1 and 2; layer 1 scores pools of 4 keys, top
+/// 16 pools plus its own incomplete pool, layer 2 reuses the choice): pieces that end inside a
+/// pool, on a pool boundary, before and after position 67 (where the choice turns sparse)
+/// give llama.cpp's logits at every position; only the scoring layer keeps indexer rows.
+#[test]
+fn pieces_continue_the_pooled_indexer_and_the_kda_state() {
+    let (path, sequence) = common::fixture("glm5-next", "F16");
+    let loaded = load(&path, &LoadOptions::default()).expect("load");
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/glm5-next");
+    let golden: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("glm5-next-F16.json")).expect("golden"),
+    )
+    .expect("golden JSON");
+    let want = common::rows(&golden["exact"]["logits"]);
+    let (cache, at, worst) = common::feed_pieces(
+        &loaded.model,
+        &sequence,
+        &[3, 1, 4, 58, 1, 1, 2, 17, 1, 100, 5, 200],
+        &want,
+    );
+    assert_eq!(at, sequence.len());
+    assert!(worst < TOLERANCE, "pieces differ from llama.cpp by {worst}");
+    let kinds: Vec<&str> = cache
+        .layers()
+        .iter()
+        .map(|l| match l {
+            LayerCache::Recurrent(_) => "recurrent",
+            LayerCache::Latent(c) if c.nbytes() > latent_rows(c, 64) => "latent+indexer",
+            LayerCache::Latent(_) => "latent",
+            other => panic!("unexpected cache {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["recurrent", "latent+indexer", "latent", "recurrent"]
+    );
+}
+
+/// Bytes of `c`'s latent rows alone: 256-position chunks of float32 rows of `width`.
+fn latent_rows(c: &gmlx_models::cache::Latent, width: usize) -> usize {
+    (c.len() as usize).div_ceil(256) * 256 * width * 4
+}

@@ -101,6 +101,7 @@ fn expert_mass_keeps_the_first_experts_and_the_probe_changes_nothing() {
         ("hy_v4", "Q4_K_M"),
         ("deepseek4", "MXFP4_MOE"),
         ("kimi-k3", "MXFP4_MOE"),
+        ("glm5-next", "MXFP4_MOE"),
     ] {
         let (path, sequence) = fixture(arch, codec);
         let tokens = &sequence[..TOKENS];

@@ -19,6 +19,7 @@ fn streamed_experts_give_the_resident_logits() {
         ("hy_v4", "Q4_K_M"),
         ("deepseek4", "MXFP4_MOE"),
         ("kimi-k3", "MXFP4_MOE"),
+        ("glm5-next", "MXFP4_MOE"),
     ] {
         let (path, sequence) = fixture(arch, codec);
         let prompt = &sequence[..12];
