@@ -477,6 +477,7 @@ fn delta_net(
         kernel: d.kernel,
         head_map: d.head_map,
         eps: c.rms_eps,
+        sigmoid_gate: d.sigmoid_gate,
     })
 }
 

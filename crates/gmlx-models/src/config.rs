@@ -212,6 +212,8 @@ pub struct DeltaNetSpec {
     /// Queries, keys, values and the output gate come from one projection, `ssm_in`, grouped
     /// by key head (Qwen3-Next files converted before the split into `attn_qkv`/`attn_gate`).
     pub fused_input: bool,
+    /// The normed output is gated by `sigmoid(z)` (Qwen4 experimental) rather than `silu(z)`.
+    pub sigmoid_gate: bool,
 }
 
 /// One attention layer's shape and options.

@@ -135,6 +135,7 @@ fn delta_net(file: &GgufFile, head_map: HeadMap) -> Result<DeltaNetSpec> {
         head_map,
         fused_gates: false,
         fused_input: false,
+        sigmoid_gate: false,
     })
 }
 

@@ -55,6 +55,8 @@ pub struct GatedDeltaNet {
     pub head_map: HeadMap,
     /// The epsilon of the L2 norms of queries and keys.
     pub eps: f32,
+    /// Gate the normed output by `sigmoid(z)` (Qwen4 experimental), not `silu(z)`.
+    pub sigmoid_gate: bool,
 }
 
 pub(crate) fn slice_last(x: &Array, from: i32, to: i32) -> Result<Array> {
@@ -208,10 +210,15 @@ impl GatedDeltaNet {
         let z = z
             .as_dtype(Dtype::Float32)?
             .reshape(&[batch, tokens, self.v_heads, self.v_dim])?;
+        let gate = if self.sigmoid_gate {
+            ops::sigmoid(&z)?
+        } else {
+            z.multiply(ops::sigmoid(&z)?)?
+        };
         let gated = self
             .ssm_norm
             .forward(&out)?
-            .multiply(z.multiply(ops::sigmoid(&z)?)?)?
+            .multiply(&gate)?
             .as_dtype(dtype)?;
         self.ssm_out
             .forward(&gated.reshape(&[batch, tokens, self.v_heads * self.v_dim])?)
