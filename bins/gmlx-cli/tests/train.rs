@@ -494,6 +494,7 @@ fn hybrid_and_moe_fixtures_train_and_their_adapters_apply() {
         "deepseek4",
         "kimi-k3",
         "glm5-next",
+        "qwen4exp",
     ];
     // the made-up-fact rows without their valid.jsonl
     let train_only = scratch("train-only");

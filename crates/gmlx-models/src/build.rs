@@ -5,18 +5,21 @@ use gmlx_gguf::names::Tensor;
 use gmlx_gguf::GgufFile;
 use gmlx_mlx::{Array, Dtype, QuantWeight};
 
-use crate::blocks::attention::Attention;
+use crate::blocks::attention::{Attention, Qsa};
 use crate::blocks::attn_res::{BlockResidual, ResidualMix};
 use crate::blocks::compressed::{hadamard, BlockIndexer, CompressedAttention, Compressor};
-use crate::blocks::decoder::{BlockHyper, Decoder, DecoderLayer, Embedding, Ffn};
+use crate::blocks::decoder::{BlockHyper, Decoder, DecoderLayer, Embedding, Ffn, LowRankBlock};
 use crate::blocks::delta_net::{DeltaGates, DeltaInput, GatedDeltaNet};
 use crate::blocks::hyper::{HyperConnection, HyperHead, StreamsHead};
 use crate::blocks::kda::{Kda, KdaGate};
 use crate::blocks::latent::{Indexer, LatentAttention, LatentIndexer, LatentQuery, PoolIndexer};
 use crate::blocks::linear::Linear;
+use crate::blocks::low_rank_hyper::LowRankMix;
 use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::{Glu, SwiGlu};
 use crate::blocks::moe::{ExpertPlacement, Experts, MoeFfn, RoutedLatent, Router, SharedExpert};
+use crate::blocks::norm::RmsNorm;
+use crate::blocks::ple::Ple;
 use crate::blocks::rope::Rope;
 use crate::config::{
     AttentionSpec, CompressedSpec, DeltaNetSpec, FfnSpec, HyperSpec, KdaSpec, LatentSpec,
@@ -68,27 +71,49 @@ fn decoder(w: &Weights<'_>, config: &ModelConfig) -> Result<Decoder> {
     Ok(Decoder {
         token_embd,
         layers,
-        output_norm: w.rms_norm(&Tensor::OutputNorm.weight(0), c.hidden, c.rms_eps)?,
+        output_norm: if c.low_rank_hyper.is_some() {
+            None
+        } else {
+            Some(w.rms_norm(&Tensor::OutputNorm.weight(0), c.hidden, c.rms_eps)?)
+        },
         output,
-        hyper_head: c
-            .hyper
-            .map(|h| -> Result<_> {
-                let (n, flat) = (h.streams as u64, (h.streams * c.hidden) as u64);
-                if c.hyper_mean_head {
-                    return Ok((h.streams, StreamsHead::Mean));
-                }
-                Ok((
-                    h.streams,
-                    StreamsHead::Weighted(HyperHead {
-                        mix: w.array_f32(&Tensor::HcHeadFn.weight(0), &[flat, n])?,
-                        base: w.array_f32(&Tensor::HcHeadBase.weight(0), &[n])?,
-                        scale: w.array_f32(&Tensor::HcHeadScale.weight(0), &[1])?,
-                        eps: h.eps,
-                        norm_eps: c.rms_eps,
-                    }),
-                ))
-            })
-            .transpose()?,
+        hyper_head: match c.low_rank_hyper {
+            Some((streams, rank)) => Some((
+                streams,
+                StreamsHead::LowRank(Box::new(low_rank_mix(
+                    w,
+                    c,
+                    0,
+                    streams,
+                    rank,
+                    [
+                        Tensor::HcHeadNorm,
+                        Tensor::HcHeadDown,
+                        Tensor::HcHeadUp,
+                        Tensor::HcHeadNorm,
+                    ],
+                )?)),
+            )),
+            None => c
+                .hyper
+                .map(|h| -> Result<_> {
+                    let (n, flat) = (h.streams as u64, (h.streams * c.hidden) as u64);
+                    if c.hyper_mean_head {
+                        return Ok((h.streams, StreamsHead::Mean));
+                    }
+                    Ok((
+                        h.streams,
+                        StreamsHead::Weighted(HyperHead {
+                            mix: w.array_f32(&Tensor::HcHeadFn.weight(0), &[flat, n])?,
+                            base: w.array_f32(&Tensor::HcHeadBase.weight(0), &[n])?,
+                            scale: w.array_f32(&Tensor::HcHeadScale.weight(0), &[1])?,
+                            eps: h.eps,
+                            norm_eps: c.rms_eps,
+                        }),
+                    ))
+                })
+                .transpose()?,
+        },
         res_head: c
             .attn_res
             .map(|_| -> Result<ResidualMix> {
@@ -178,14 +203,107 @@ fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result
             })
         })
         .transpose()?;
+    let low_rank = c
+        .low_rank_hyper
+        .map(|(streams, rank)| -> Result<LowRankBlock> {
+            let mix = |names: [Tensor; 4]| low_rank_mix(w, c, l, streams, rank, names);
+            Ok(LowRankBlock {
+                attn: mix([
+                    Tensor::HcAttnNorm,
+                    Tensor::HcAttnDown,
+                    Tensor::HcAttnUp,
+                    Tensor::HcAttnInject,
+                ])?,
+                ffn: mix([
+                    Tensor::HcFfnNorm,
+                    Tensor::HcFfnDown,
+                    Tensor::HcFfnUp,
+                    Tensor::HcFfnInject,
+                ])?,
+                ple: match &c.ple {
+                    Some(p) if p.layer == l => ple(w, c, l, streams, p)?,
+                    _ => None,
+                },
+            })
+        })
+        .transpose()?;
+    // low-rank hyper-connections norm the blocks' inputs themselves
+    let norm = |t: &str| -> Result<Option<RmsNorm>> {
+        if low_rank.is_some() {
+            return Ok(None);
+        }
+        Ok(Some(w.rms_norm(t, c.hidden, c.rms_eps)?))
+    };
     Ok(DecoderLayer {
-        attn_norm: w.rms_norm(&Tensor::AttnNorm.weight(l), c.hidden, c.rms_eps)?,
+        attn_norm: norm(&Tensor::AttnNorm.weight(l))?,
         mixer,
-        ffn_norm: w.rms_norm(&spec.ffn_norm.weight(l), c.hidden, c.rms_eps)?,
+        ffn_norm: norm(&spec.ffn_norm.weight(l))?,
         ffn,
         hyper,
         attn_res,
+        low_rank,
     })
+}
+
+/// One low-rank hyper-connection mix of layer `l` (`layer` of `usize::MAX`: the head's):
+/// `names` are its norm, down, up and inject tensors (no inject for the head).
+fn low_rank_mix(
+    w: &Weights<'_>,
+    c: &ModelConfig,
+    l: usize,
+    streams: i32,
+    rank: i32,
+    names: [Tensor; 4],
+) -> Result<LowRankMix> {
+    let flat = streams * c.hidden;
+    Ok(LowRankMix {
+        norm: w.stream_gammas(&names[0].weight(l), streams, c.hidden)?,
+        down: linear(w, names[1], l, rank, flat, false)?,
+        up: linear(w, names[2], l, flat, rank, false)?,
+        inject: (names[3] != names[0])
+            .then(|| linear(w, names[3], l, streams, flat, false))
+            .transpose()?,
+        streams,
+        eps: c.rms_eps,
+    })
+}
+
+/// The PLE module of layer `l`; `None` in a preflight (which has recorded any problem).
+fn ple(
+    w: &Weights<'_>,
+    c: &ModelConfig,
+    l: usize,
+    streams: i32,
+    p: &crate::config::PleSpec,
+) -> Result<Option<Ple>> {
+    let (h, flat) = (c.hidden, streams * c.hidden);
+    let gamma = |t: Tensor| w.stream_gammas(&t.weight(l), streams, h);
+    let ple_key = linear(w, Tensor::PleKey, l, flat, h, false)?;
+    let ple_value = linear(w, Tensor::PleValue, l, h, h, false)?;
+    let norm_key = gamma(Tensor::PleNormKey)?;
+    let norm_query = gamma(Tensor::PleNormQuery)?;
+    let norm_conv = gamma(Tensor::PleNormConv)?;
+    let conv = w.array_f32(
+        &Tensor::PleConv1d.weight(l),
+        &[p.kernel as u64, flat as u64],
+    )?;
+    let table = w.mapped_rows(
+        &Tensor::PerLayerTokenEmbd.weight(0),
+        &[p.head_dim as u64, p.rows as u64],
+    )?;
+    Ok(table.map(|table| Ple {
+        table,
+        hash: p.hash.clone(),
+        ple_key,
+        ple_value,
+        norm_key,
+        norm_query,
+        norm_conv,
+        conv,
+        streams,
+        kernel: p.kernel,
+        eps: c.rms_eps,
+    }))
 }
 
 /// The `[rows, cols]` projection `t` of layer `l`, with its `.bias` when `bias`.
@@ -235,6 +353,26 @@ fn attention(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &AttentionSpec) -> R
         sinks,
         window: a.window,
         output_gate: a.output_gate,
+        qsa: a
+            .qsa
+            .map(|q| -> Result<Box<Qsa>> {
+                Ok(Box::new(Qsa {
+                    q_proj: linear(w, Tensor::IndexerQProj, l, q.heads * q.head_dim, h, false)?,
+                    k_proj: linear(w, Tensor::IndexerKProj, l, q.head_dim, h, false)?,
+                    q_norm: w.rms_norm(&Tensor::IndexerQNorm.weight(l), q.head_dim, c.rms_eps)?,
+                    k_norm: w.rms_norm(&Tensor::IndexerKNorm.weight(l), q.head_dim, c.rms_eps)?,
+                    heads: q.heads,
+                    head_dim: q.head_dim,
+                    top_k: q.top_k,
+                    ratio: q.ratio,
+                    rope: Rope::new(&a.rope),
+                    block_rope: Rope::new(&RopeConfig {
+                        position_scale: a.rope.position_scale * q.ratio as f32,
+                        ..a.rope.clone()
+                    }),
+                }))
+            })
+            .transpose()?,
     })
 }
 

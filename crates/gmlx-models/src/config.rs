@@ -235,6 +235,30 @@ pub struct AttentionSpec {
     /// `attn_q` yields, per head, the queries then as many gate logits; the output is
     /// multiplied by their sigmoid before `attn_output` (Qwen3.5, Qwen3-Next).
     pub output_gate: bool,
+    /// QSA block-sparse selection (Qwen4 experimental).
+    pub qsa: Option<QsaSpec>,
+}
+
+/// A QSA indexer: `heads` of `head_dim`, blocks of `ratio` positions, `top_k` positions (plus
+/// the incomplete block) per query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QsaSpec {
+    pub heads: i32,
+    pub head_dim: i32,
+    pub top_k: i32,
+    pub ratio: i32,
+}
+
+/// PLE n-gram hash embeddings on one block (Qwen4 experimental).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PleSpec {
+    pub layer: usize,
+    pub hash: crate::blocks::ple::NgramHash,
+    /// Width of one table row (`embedding_length_per_layer_input`).
+    pub head_dim: i32,
+    /// Rows of `per_layer_token_embd`.
+    pub rows: i32,
+    pub kernel: i32,
 }
 
 /// The feed-forward half of one block.
@@ -262,9 +286,10 @@ impl LayerSpec {
     /// The cache this layer needs for one sequence.
     pub fn cache_kind(&self) -> CacheKind {
         match &self.mixer {
-            MixerSpec::Attention(a) => match a.window {
-                Some(window) => CacheKind::RotatingKv { window },
-                None => CacheKind::FullKv,
+            MixerSpec::Attention(a) => match (a.window, a.qsa) {
+                (Some(window), _) => CacheKind::RotatingKv { window },
+                (None, Some(_)) => CacheKind::IndexedKv,
+                (None, None) => CacheKind::FullKv,
             },
             MixerSpec::GatedDeltaNet(_) | MixerSpec::Kda(_) => CacheKind::Recurrent,
             MixerSpec::Latent(a) => CacheKind::Latent {
@@ -297,6 +322,7 @@ impl fmt::Display for LayerSpec {
                     (a.bias, "bias"),
                     (a.output_gate, "output-gate"),
                     (a.rope.sections.is_some(), "imrope"),
+                    (a.qsa.is_some(), "qsa"),
                 ];
                 for (on, name) in options {
                     if on {
@@ -392,6 +418,11 @@ pub struct ModelConfig {
     pub hyper: Option<HyperSpec>,
     /// The streams' final reduction is their mean (GLM-5-Next), not `output_hc_*`.
     pub hyper_mean_head: bool,
+    /// Low-rank hyper-connections: `(streams, rank)`; the blocks have no norms of their own
+    /// and the head's mix stands in for the output norm (Qwen4 experimental).
+    pub low_rank_hyper: Option<(i32, i32)>,
+    /// PLE n-gram hash embeddings.
+    pub ple: Option<PleSpec>,
     /// Attention residuals across blocks, banked every this many blocks (Kimi-K3).
     pub attn_res: Option<usize>,
     /// The gated activation of dense MLPs and shared experts.
@@ -407,7 +438,10 @@ impl ModelConfig {
             matches!(&l.mixer, MixerSpec::Latent(spec)
                 if spec.indexer.as_ref().is_some_and(|ix| !ix.owns))
         });
-        self.hyper.is_none() && self.attn_res.is_none() && !shares_selection
+        self.hyper.is_none()
+            && self.attn_res.is_none()
+            && self.low_rank_hyper.is_none()
+            && !shares_selection
     }
 
     /// Edits every attention layer (the architecture's options, by layer index).
@@ -585,6 +619,7 @@ fn synth_blocks(
                 sinks: false,
                 bias: false,
                 output_gate: false,
+                qsa: None,
             }),
             ffn: FfnSpec::Dense {
                 hidden: ffn_hidden,
@@ -604,6 +639,8 @@ fn synth_blocks(
         layers,
         hyper: None,
         hyper_mean_head: false,
+        low_rank_hyper: None,
+        ple: None,
         attn_res: None,
         glu: Glu::Silu,
     };

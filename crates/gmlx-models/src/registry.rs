@@ -55,6 +55,11 @@ pub static ARCHES: &[ArchSpec] = &[
         build: build::model,
     },
     ArchSpec {
+        name: "qwen4exp",
+        synth: arch::qwen4exp::synth,
+        build: build::model,
+    },
+    ArchSpec {
         name: "deepseek4",
         synth: arch::deepseek4::synth,
         build: build::model,

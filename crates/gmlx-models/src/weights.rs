@@ -206,6 +206,23 @@ impl<'f> Weights<'f> {
         }
     }
 
+    /// Per-stream gammas `[streams, hidden]` (float32), stored flat (`[streams · hidden]`) or
+    /// as `[hidden, streams]`.
+    pub fn stream_gammas(&self, name: &str, streams: i32, hidden: i32) -> Result<Array> {
+        let (n, h) = (streams as u64, hidden as u64);
+        let grid = [h, n];
+        let dims: &[u64] = match self.file.tensor(name) {
+            Ok(info) if info.dims == grid => &grid,
+            _ => &[n * h],
+        };
+        let a = self.array_f32(name, dims)?;
+        if self.preflight.is_none() {
+            Ok(a.reshape(&[streams, hidden])?)
+        } else {
+            Ok(a)
+        }
+    }
+
     /// A `[len]` vector that files store either 1-D or as a one-column matrix (`[len, 1]`,
     /// as the converter writes `ffn_gate_inp_shexp`).
     pub fn vector(&self, name: &str, len: i32) -> Result<Array> {

@@ -35,6 +35,17 @@ fn pieces_straddling_kda_chunks_continue_its_state_exactly() {
     });
 }
 
+/// `qwen4exp`: the PLE hash's token history and convolution history (layer 0), the DeltaNet
+/// state and the QSA indexer's keys (layer 1) across pieces; the prompt has end-of-sequence
+/// tokens at positions 15, 74, 251 and 252, so pieces also start right after one.
+#[test]
+fn pieces_continue_the_ple_history_and_the_qsa_keys_exactly() {
+    pieces_continue_the_state("qwen4exp", &[1, 2, 13, 1, 60, 3, 67, 1, 100, 1, 1], |c| {
+        matches!(c.layers()[0], LayerCache::Recurrent(_))
+            && matches!(c.layers()[1], LayerCache::FullKv(_))
+    });
+}
+
 fn pieces_continue_the_state(
     arch: &str,
     pieces: &[usize],

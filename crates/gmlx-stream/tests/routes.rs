@@ -102,6 +102,7 @@ fn expert_mass_keeps_the_first_experts_and_the_probe_changes_nothing() {
         ("deepseek4", "MXFP4_MOE"),
         ("kimi-k3", "MXFP4_MOE"),
         ("glm5-next", "MXFP4_MOE"),
+        ("qwen4exp", "Q8_0"),
     ] {
         let (path, sequence) = fixture(arch, codec);
         let tokens = &sequence[..TOKENS];

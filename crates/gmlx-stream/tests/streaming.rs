@@ -20,6 +20,7 @@ fn streamed_experts_give_the_resident_logits() {
         ("deepseek4", "MXFP4_MOE"),
         ("kimi-k3", "MXFP4_MOE"),
         ("glm5-next", "MXFP4_MOE"),
+        ("qwen4exp", "Q8_0"),
     ] {
         let (path, sequence) = fixture(arch, codec);
         let prompt = &sequence[..12];

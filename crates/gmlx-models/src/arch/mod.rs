@@ -10,6 +10,7 @@ pub mod qwen35;
 pub mod qwen35moe;
 pub mod qwen3moe;
 pub mod qwen3next;
+pub mod qwen4exp;
 
 use gmlx_gguf::names::Kv;
 use gmlx_gguf::{GgufFile, Value};

@@ -141,7 +141,7 @@ fn delta_net(file: &GgufFile, head_map: HeadMap) -> Result<DeltaNetSpec> {
 
 /// `rope.dimension_sections`: four counts of rotating pairs (time, height, width, extra), at
 /// most `pairs` together (llama.cpp asserts the same).
-fn rope_sections(file: &GgufFile, pairs: i32) -> Result<[i32; 4]> {
+pub(crate) fn rope_sections(file: &GgufFile, pairs: i32) -> Result<[i32; 4]> {
     let values = file
         .metadata()
         .get_u32_per_layer(&Kv::RopeDimensionSections, 4)

@@ -1,7 +1,7 @@
 //! Grouped-query softmax attention with rotary positions, optional per-head Q/K norms,
-//! sinks and a sliding window.
+//! sinks, a sliding window, and QSA block-sparse selection (Qwen4 experimental, [`Qsa`]).
 use gmlx_mlx::fast::{self, ScaledDotProductAttentionMask};
-use gmlx_mlx::Array;
+use gmlx_mlx::{Array, Dtype};
 
 use crate::blocks::context::ForwardCtx;
 use crate::blocks::linear::Linear;
@@ -32,6 +32,183 @@ pub struct Attention {
     /// `attn_q` also yields per-head gate logits after each head's queries; the output is
     /// multiplied by their sigmoid (Qwen3.5, Qwen3-Next).
     pub output_gate: bool,
+    /// Each query sees only the keys a QSA indexer selects.
+    pub qsa: Option<Box<Qsa>>,
+}
+
+/// QSA (Qwen4 experimental), as llama.cpp selects: every complete block of `ratio` positions
+/// is one key, the mean of its raw indexer keys, normed and rotated at the block's start; a
+/// query (normed, rotated at its position) scores a block by `sum_h relu(q_h · k_block)`, and
+/// sees the `top_k + ratio - 1` best positions, each position scoring as its block and the
+/// positions after its last complete block (its incomplete block) first. Which positions of a
+/// tied block fill the leftover places is what llama.cpp's CPU `top_k` (libstdc++'s
+/// `std::partial_sort`) keeps: [`heap_select`] does the same.
+#[derive(Debug, Clone)]
+pub struct Qsa {
+    /// `[heads · head_dim, hidden]`.
+    pub q_proj: Linear,
+    /// `[head_dim, hidden]`.
+    pub k_proj: Linear,
+    pub q_norm: RmsNorm,
+    pub k_norm: RmsNorm,
+    pub heads: i32,
+    pub head_dim: i32,
+    pub top_k: i32,
+    pub ratio: i32,
+    /// The rotation of queries at their positions.
+    pub rope: Rope,
+    /// The same rotation at block starts (positions scaled by `ratio`).
+    pub block_rope: Rope,
+}
+
+impl Qsa {
+    /// Queries `[batch, heads, tokens, head_dim]` (normed, rotated at `position..`) and raw
+    /// keys `[batch, 1, tokens, head_dim]`.
+    fn project(&self, x: &Array, position: i32) -> Result<(Array, Array)> {
+        let s = x.shape();
+        let (batch, tokens) = (s[0], s[1]);
+        let q = self
+            .q_norm
+            .forward(&self.q_proj.forward(x)?.reshape(&[
+                batch,
+                tokens,
+                self.heads,
+                self.head_dim,
+            ])?)?
+            .transpose_axes(&[0, 2, 1, 3])?;
+        let q = self.rope.forward(&q, position)?;
+        let k = self.k_proj.forward(x)?.expand_dims(1)?;
+        Ok((q, k))
+    }
+
+    /// `[batch, 1, tokens, keys]` booleans: which of the `keys` positions held (raw indexer
+    /// keys `[batch, 1, keys, head_dim]`) the queries at `position..` see.
+    fn select(&self, q: &Array, keys: &Array, position: i32) -> Result<Array> {
+        let s = keys.shape().to_vec();
+        let (batch, held) = (s[0], s[2]);
+        let tokens = q.shape()[2];
+        let width = (self.top_k + self.ratio - 1) as usize;
+        let blocks = held / self.ratio;
+        let scores = if blocks > 0 {
+            let members = gmlx_mlx::slicing::slice(
+                keys,
+                &[0, 0, 0, 0],
+                &[batch, 1, blocks * self.ratio, self.head_dim],
+            )?
+            .reshape(&[batch, 1, blocks, self.ratio, self.head_dim])?
+            .as_dtype(Dtype::Float32)?
+            .mean_axis(3, false)?; // [b, 1, blocks, d]
+            let pooled = self
+                .block_rope
+                .forward(&self.k_norm.forward(&members)?, 0)?;
+            let dots = q
+                .as_dtype(Dtype::Float32)?
+                .matmul(pooled.transpose_axes(&[0, 1, 3, 2])?)?; // [b, h, t, blocks]
+            let scores = gmlx_mlx::ops::maximum(&dots, Array::from_f32(0.0))?.sum_axis(1, false)?;
+            scores.eval()?;
+            scores.as_slice::<f32>().to_vec()
+        } else {
+            Vec::new()
+        };
+        let r = self.ratio as usize;
+        let (held, blocks) = (held as usize, blocks as usize);
+        let mut visible = vec![false; batch as usize * tokens as usize * held];
+        for b in 0..batch as usize {
+            for i in 0..tokens as usize {
+                let p = position as usize + i;
+                let row = &mut visible[(b * tokens as usize + i) * held..][..held];
+                if p < width {
+                    row[..=p].iter_mut().for_each(|v| *v = true);
+                    continue;
+                }
+                let tail = (p + 1) / r * r;
+                let score = &scores[(b * tokens as usize + i) * blocks..][..blocks];
+                let values: Vec<f32> = (0..=p)
+                    .map(|j| {
+                        if j < tail {
+                            score[j / r]
+                        } else {
+                            f32::INFINITY
+                        }
+                    })
+                    .collect();
+                for j in heap_select(&values, width) {
+                    row[j] = true;
+                }
+            }
+        }
+        Ok(Array::from_slice(
+            &visible,
+            &[batch, 1, tokens, held as i32],
+        ))
+    }
+}
+
+/// The `k` indices `std::partial_sort(idx, idx + k, idx + n, values[a] > values[b])` keeps
+/// with libstdc++ (a heap of the first `k`, then each later index strictly above the heap's
+/// least replaces it): the same choice among ties as llama.cpp's CPU `top_k`.
+pub fn heap_select(values: &[f32], k: usize) -> Vec<usize> {
+    let mut a: Vec<usize> = (0..values.len()).collect();
+    if k >= a.len() {
+        return a;
+    }
+    let comp = |x: usize, y: usize| values[x] > values[y];
+    fn push_heap(
+        a: &mut [usize],
+        mut hole: usize,
+        top: usize,
+        value: usize,
+        comp: &dyn Fn(usize, usize) -> bool,
+    ) {
+        while hole > top {
+            let parent = (hole - 1) / 2;
+            if !comp(a[parent], value) {
+                break;
+            }
+            a[hole] = a[parent];
+            hole = parent;
+        }
+        a[hole] = value;
+    }
+    fn adjust_heap(
+        a: &mut [usize],
+        mut hole: usize,
+        len: usize,
+        value: usize,
+        comp: &dyn Fn(usize, usize) -> bool,
+    ) {
+        let top = hole;
+        let mut second = hole;
+        while len >= 2 && second < (len - 1) / 2 {
+            second = 2 * (second + 1);
+            if comp(a[second], a[second - 1]) {
+                second -= 1;
+            }
+            a[hole] = a[second];
+            hole = second;
+        }
+        if len % 2 == 0 && len >= 2 && second == (len - 2) / 2 {
+            second = 2 * (second + 1);
+            a[hole] = a[second - 1];
+            hole = second - 1;
+        }
+        push_heap(a, hole, top, value, comp);
+    }
+    if k >= 2 {
+        for parent in (0..=(k - 2) / 2).rev() {
+            let value = a[parent];
+            adjust_heap(&mut a, parent, k, value, &comp);
+        }
+    }
+    for i in k..values.len() {
+        if k > 0 && comp(a[i], a[0]) {
+            let value = a[i];
+            a[i] = a[0];
+            adjust_heap(&mut a, 0, k, value, &comp);
+        }
+    }
+    a.truncate(k);
+    a
 }
 
 impl Attention {
@@ -81,6 +258,20 @@ impl Attention {
                 let cache = ctx
                     .layer_cache(b as usize, layer)
                     .ok_or(Error::CacheMismatch { layer })?;
+                let visible = match &self.qsa {
+                    Some(qsa) => {
+                        // the queries rotate at this row's position
+                        let (iq, ik) = qsa.project(&row3(x, b, batch)?, position)?;
+                        let LayerCache::FullKv(full) = &mut *cache else {
+                            return Err(Error::CacheMismatch { layer });
+                        };
+                        let keys = full
+                            .append_indexer_keys(&ik)
+                            .ok_or(Error::CacheMismatch { layer })??;
+                        Some(qsa.select(&iq, &keys, position)?)
+                    }
+                    None => None,
+                };
                 outs.push(self.attend_cached(
                     &of_row(&q)?,
                     &of_row(&k)?,
@@ -88,6 +279,7 @@ impl Attention {
                     position,
                     layer,
                     cache,
+                    visible,
                 )?);
             }
             if outs.len() == 1 {
@@ -98,10 +290,16 @@ impl Attention {
         } else {
             let q = self.rope.forward(&q, 0)?;
             let k = self.rope.forward(&k, 0)?;
-            let mask = match self.window.filter(|&w| tokens > w) {
-                Some(w) => KeyMask::Array(mask::causal(0, tokens, 0, tokens, Some(w))?),
-                None if tokens > 1 => KeyMask::Causal,
-                None => KeyMask::All,
+            let mask = match &self.qsa {
+                Some(qsa) => {
+                    let (iq, ik) = qsa.project(x, 0)?;
+                    KeyMask::Array(qsa.select(&iq, &ik, 0)?)
+                }
+                None => match self.window.filter(|&w| tokens > w) {
+                    Some(w) => KeyMask::Array(mask::causal(0, tokens, 0, tokens, Some(w))?),
+                    None if tokens > 1 => KeyMask::Causal,
+                    None => KeyMask::All,
+                },
             };
             self.sdpa(&q, &k, &v, &mask)?
         };
@@ -116,7 +314,9 @@ impl Attention {
         self.attn_output.forward(&out)
     }
 
-    /// One row: rotate at the row's position, append to its cache, attend.
+    /// One row: rotate at the row's position, append to its cache, attend (to the keys
+    /// `visible [1, 1, tokens, keys]` says, when a QSA indexer chose them).
+    #[allow(clippy::too_many_arguments)]
     fn attend_cached(
         &self,
         q: &Array,
@@ -125,12 +325,14 @@ impl Attention {
         position: i32,
         layer: usize,
         cache: &mut LayerCache,
+        visible: Option<Array>,
     ) -> Result<Array> {
         let q = self.rope.forward(q, position)?;
         let k = self.rope.forward(k, position)?;
         let Attended { keys, values, mask } = cache
             .attend(&k, v, position)
             .ok_or(Error::CacheMismatch { layer })??;
+        let mask = visible.map_or(mask, KeyMask::Array);
         self.sdpa(&q, &keys, &values, &mask)
     }
 
@@ -162,6 +364,12 @@ impl Attention {
         if let Some(sinks) = &self.sinks {
             v.array(sinks);
         }
+        if let Some(qsa) = &self.qsa {
+            v.linear(&qsa.q_proj);
+            v.linear(&qsa.k_proj);
+            v.array(&qsa.q_norm.weight);
+            v.array(&qsa.k_norm.weight);
+        }
     }
 
     pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
@@ -170,6 +378,19 @@ impl Attention {
         v.linear(&mut self.attn_v);
         v.linear(&mut self.attn_output);
     }
+}
+
+/// Row `b` of a `[batch, tokens, width]` array.
+fn row3(a: &Array, b: i32, batch: i32) -> Result<Array> {
+    if batch == 1 {
+        return Ok(a.clone());
+    }
+    let s = a.shape();
+    Ok(gmlx_mlx::slicing::slice(
+        a,
+        &[b, 0, 0],
+        &[b + 1, s[1], s[2]],
+    )?)
 }
 
 /// Row `b` of a `[batch, ...]` array (the array itself when there is one row).
@@ -183,4 +404,46 @@ fn row(a: &Array, b: i32, batch: i32) -> Result<Array> {
         &[b, 0, 0, 0],
         &[b + 1, s[1], s[2], s[3]],
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::heap_select;
+
+    #[test]
+    fn heap_select_keeps_the_k_largest() {
+        let values = [0.5f32, 3.0, -1.0, 2.0, 7.0, 1.0];
+        let mut got = heap_select(&values, 3);
+        got.sort_unstable();
+        assert_eq!(got, [1, 3, 4]);
+        assert_eq!(heap_select(&values, 6).len(), 6);
+    }
+
+    /// Ties resolved as libstdc++'s `std::partial_sort` resolves them: the expected sets are
+    /// what g++ 12's `std::partial_sort` kept on these rows (a QSA-like row: six blocks of
+    /// four tied positions and an incomplete block).
+    #[test]
+    fn heap_select_breaks_ties_like_libstdcpp() {
+        let values = [
+            1.0f32,
+            1.0,
+            1.0,
+            1.0,
+            5.0,
+            5.0,
+            5.0,
+            5.0,
+            f32::INFINITY,
+            f32::INFINITY,
+        ];
+        let mut got = heap_select(&values, 7);
+        got.sort_unstable();
+        assert_eq!(got, [1, 4, 5, 6, 7, 8, 9]);
+        let blocks = [0.3f32, 0.9, 0.1, 0.9, 0.5, 0.2];
+        let mut row: Vec<f32> = blocks.iter().flat_map(|&s| [s; 4]).collect();
+        row.push(f32::INFINITY);
+        let mut got = heap_select(&row, 11);
+        got.sort_unstable();
+        assert_eq!(got, [4, 5, 6, 7, 12, 13, 14, 15, 17, 18, 24]);
+    }
 }

@@ -7,11 +7,14 @@ use crate::blocks::attn_res::{self, BlockResidual, ResidualMix};
 use crate::blocks::context::ForwardCtx;
 use crate::blocks::hyper::{HyperConnection, StreamsHead};
 use crate::blocks::linear::Linear;
+use crate::blocks::low_rank_hyper::LowRankMix;
 use crate::blocks::mixer::Mixer;
 use crate::blocks::mlp::SwiGlu;
 use crate::blocks::moe::MoeFfn;
 use crate::blocks::norm::RmsNorm;
+use crate::blocks::ple::Ple;
 use crate::blocks::visit::{Arrays, LinearVisitorMut, Linears, LinearsMut, WeightVisitor};
+use crate::cache::LayerCache;
 use crate::error::Result;
 
 /// The feed-forward half of a block.
@@ -68,13 +71,34 @@ impl Ffn {
 /// residual is several streams, reduced before each sublayer and written back after it.
 #[derive(Debug, Clone)]
 pub struct DecoderLayer {
-    pub attn_norm: RmsNorm,
+    /// `None` on blocks whose residual streams norm their own inputs (low-rank
+    /// hyper-connections).
+    pub attn_norm: Option<RmsNorm>,
     pub mixer: Mixer,
-    pub ffn_norm: RmsNorm,
+    pub ffn_norm: Option<RmsNorm>,
     pub ffn: Ffn,
     pub hyper: Option<BlockHyper>,
     /// Attention residuals across blocks (Kimi-K3).
     pub attn_res: Option<BlockResidual>,
+    /// Low-rank hyper-connections, and the block's PLE module (Qwen4 experimental).
+    pub low_rank: Option<LowRankBlock>,
+}
+
+/// A block's low-rank hyper-connections around the mixer and the feed-forward, and the PLE
+/// module that runs on the streams first on the block that has one.
+#[derive(Debug, Clone)]
+pub struct LowRankBlock {
+    pub attn: LowRankMix,
+    pub ffn: LowRankMix,
+    pub ple: Option<Ple>,
+}
+
+/// `norm(x)`, or `x` on a block without that norm.
+fn normed(norm: &Option<RmsNorm>, x: &Array) -> Result<Array> {
+    match norm {
+        Some(n) => n.forward(x),
+        None => Ok(x.clone()),
+    }
 }
 
 /// A block's hyper-connections: around the mixer, and around the feed-forward.
@@ -87,7 +111,26 @@ pub struct BlockHyper {
 impl DecoderLayer {
     /// Its weights, in GGUF tensor order: the norms, the mixer, the feed-forward.
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
-        v.array(&self.attn_norm.weight);
+        if let Some(n) = &self.attn_norm {
+            v.array(&n.weight);
+        }
+        if let Some(lr) = &self.low_rank {
+            if let Some(ple) = &lr.ple {
+                v.linear(&ple.ple_key);
+                v.linear(&ple.ple_value);
+                for a in [&ple.norm_key, &ple.norm_query, &ple.norm_conv, &ple.conv] {
+                    v.array(a);
+                }
+            }
+            for mix in [&lr.attn, &lr.ffn] {
+                v.array(&mix.norm);
+                v.linear(&mix.down);
+                v.linear(&mix.up);
+                if let Some(inject) = &mix.inject {
+                    v.linear(inject);
+                }
+            }
+        }
         self.mixer.visit(v);
         if let Some(r) = &self.attn_res {
             v.array(&r.attn.score);
@@ -100,12 +143,27 @@ impl DecoderLayer {
                 v.array(&c.scale);
             }
         }
-        v.array(&self.ffn_norm.weight);
+        if let Some(n) = &self.ffn_norm {
+            v.array(&n.weight);
+        }
         self.ffn.visit(v);
     }
 
     /// The linear layers adapters can target, mutably (installing adapters).
     pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
+        if let Some(lr) = &mut self.low_rank {
+            if let Some(ple) = &mut lr.ple {
+                v.linear(&mut ple.ple_key);
+                v.linear(&mut ple.ple_value);
+            }
+            for mix in [&mut lr.attn, &mut lr.ffn] {
+                v.linear(&mut mix.down);
+                v.linear(&mut mix.up);
+                if let Some(inject) = &mut mix.inject {
+                    v.linear(inject);
+                }
+            }
+        }
         self.mixer.visit_mut(v);
         self.ffn.visit_mut(v);
     }
@@ -136,12 +194,15 @@ impl DecoderLayer {
         if let Some(residual) = &self.attn_res {
             return self.forward_attn_res(x, layer, ctx, residual);
         }
+        if let Some(low_rank) = &self.low_rank {
+            return self.forward_low_rank(x, layer, ctx, low_rank);
+        }
         if let Some(out) = self.forward_host(x, layer, ctx)? {
             return Ok(out);
         }
         let mixed = self
             .mixer
-            .forward(&self.attn_norm.forward(x)?, layer, ctx)?;
+            .forward(&normed(&self.attn_norm, x)?, layer, ctx)?;
         self.feed_forward(&x.add(&mixed)?, layer, ctx)
     }
 
@@ -155,7 +216,9 @@ impl DecoderLayer {
         ctx: &mut ForwardCtx<'_, '_>,
     ) -> Result<Option<Array>> {
         use crate::blocks::host;
-        let Ffn::Dense(mlp) = &self.ffn else {
+        let (Ffn::Dense(mlp), Some(attn_norm), Some(ffn_norm)) =
+            (&self.ffn, &self.attn_norm, &self.ffn_norm)
+        else {
             return Ok(None);
         };
         let shape = x.shape().to_vec();
@@ -169,8 +232,8 @@ impl DecoderLayer {
         }
         // the norm weights are resident: read in place
         let (Ok(attn_w), Ok(ffn_w)) = (
-            self.attn_norm.weight.try_as_slice::<f32>(),
-            self.ffn_norm.weight.try_as_slice::<f32>(),
+            attn_norm.weight.try_as_slice::<f32>(),
+            ffn_norm.weight.try_as_slice::<f32>(),
         ) else {
             return Ok(None);
         };
@@ -180,7 +243,7 @@ impl DecoderLayer {
         let Some(mut h) = host::rows_of(x)? else {
             return Ok(None);
         };
-        let normed = host::rms_norm(&h, attn_w, self.attn_norm.eps);
+        let normed = host::rms_norm(&h, attn_w, attn_norm.eps);
         let mixed = self
             .mixer
             .forward(&Array::from_slice(&normed, &shape), layer, ctx)?;
@@ -189,7 +252,7 @@ impl DecoderLayer {
             return Ok(Some(self.feed_forward(&x.add(&mixed)?, layer, ctx)?));
         };
         host::add_into(&mut h, &mixed_rows);
-        let normed = host::rms_norm(&h, ffn_w, self.ffn_norm.eps);
+        let normed = host::rms_norm(&h, ffn_w, ffn_norm.eps);
         match mlp.forward_host(&normed, rows)? {
             Some(ffn) => {
                 host::add_into(&mut h, &ffn);
@@ -206,7 +269,7 @@ impl DecoderLayer {
     /// `h + ffn(ffn_norm(h))` with MLX.
     fn feed_forward(&self, h: &Array, layer: usize, ctx: &ForwardCtx<'_, '_>) -> Result<Array> {
         let ffn = self.ffn.forward(
-            &self.ffn_norm.forward(h)?,
+            &normed(&self.ffn_norm, h)?,
             layer,
             &ctx.positions,
             ctx.tokens,
@@ -226,7 +289,7 @@ impl DecoderLayer {
         let input = residual.attn.mix(x)?;
         let mixed = self
             .mixer
-            .forward(&self.attn_norm.forward(&input)?, layer, ctx)?;
+            .forward(&normed(&self.attn_norm, &input)?, layer, ctx)?;
         // a checkpoint banks the raw running residual and restarts it from the mixer's output
         let (banked, running) = if residual.banks {
             (Some(x.clone()), mixed)
@@ -235,12 +298,101 @@ impl DecoderLayer {
         };
         let joined = attn_res::join(banked.as_ref(), &running)?;
         let ffn = self.ffn.forward(
-            &self.ffn_norm.forward(&residual.ffn.mix(&joined)?)?,
+            &normed(&self.ffn_norm, &residual.ffn.mix(&joined)?)?,
             layer,
             &ctx.positions,
             ctx.tokens,
         )?;
         attn_res::join(banked.as_ref(), &running.add(&ffn)?)
+    }
+
+    /// The block on low-rank hyper-connected streams `x [batch, tokens, streams, hidden]`.
+    fn forward_low_rank(
+        &self,
+        x: &Array,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+        low_rank: &LowRankBlock,
+    ) -> Result<Array> {
+        let x = match &low_rank.ple {
+            Some(ple) => self.apply_ple(ple, x, layer, ctx)?,
+            None => x.clone(),
+        };
+        let inject = |m: &crate::blocks::low_rank_hyper::Mixed| -> Result<Array> {
+            m.inject
+                .clone()
+                .ok_or_else(|| crate::error::Error::BadConfig {
+                    key: format!("blk.{layer}.hc_attn_inject"),
+                    reason: "a block's hyper-connection mix has no write-back".into(),
+                })
+        };
+        let m = low_rank.attn.mix(&x)?;
+        let mixed = self.mixer.forward(&m.input, layer, ctx)?;
+        let x = low_rank.attn.combine(&x, &mixed, &inject(&m)?)?;
+        let m = low_rank.ffn.mix(&x)?;
+        let ffn = self
+            .ffn
+            .forward(&m.input, layer, &ctx.positions, ctx.tokens)?;
+        low_rank.ffn.combine(&x, &ffn, &inject(&m)?)
+    }
+
+    /// The PLE module on the streams: each row's tokens hashed after the tokens its sequence
+    /// saw before (kept in the block's recurrent cache, with the convolution's history).
+    fn apply_ple(
+        &self,
+        ple: &Ple,
+        x: &Array,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> Result<Array> {
+        let s = x.shape().to_vec();
+        let (batch, tokens) = (s[0] as usize, s[1] as usize);
+        let ids = crate::blocks::moe::host_ids(ctx.tokens)?;
+        let keep = ple.hash.ngram - 1;
+        let channels = s[2] * s[3];
+        let mut rows = Vec::with_capacity(batch * tokens * ple.hash.heads());
+        let mut histories = Vec::with_capacity(batch);
+        for b in 0..batch {
+            let own = &ids[b * tokens..(b + 1) * tokens];
+            let (before, history) = match ctx.layer_cache(b, layer) {
+                Some(LayerCache::Recurrent(r)) => (r.ple_tokens.clone(), r.ple_history.clone()),
+                Some(_) => return Err(crate::error::Error::CacheMismatch { layer }),
+                None => (Vec::new(), None),
+            };
+            let mut all = before.clone();
+            all.extend_from_slice(own);
+            rows.extend(ple.hash.rows(&all, before.len()));
+            histories.push(match history {
+                Some(h) => h,
+                None => {
+                    gmlx_mlx::ops::zeros_dtype(&[1, ple.history_len(), channels], Dtype::Float32)?
+                }
+            });
+            if let Some(LayerCache::Recurrent(r)) = ctx.layer_cache(b, layer) {
+                r.ple_tokens = all[all.len().saturating_sub(keep)..].to_vec();
+            }
+        }
+        let e = ple.embed(&rows)?.reshape(&[s[0], s[1], s[3]])?;
+        let history = if histories.len() == 1 {
+            histories.remove(0)
+        } else {
+            gmlx_mlx::ops::concatenate(&histories, 0)?
+        };
+        let (out, history) = ple.forward(x, &e, &history)?;
+        for b in 0..batch {
+            if let Some(LayerCache::Recurrent(r)) = ctx.layer_cache(b, layer) {
+                r.ple_history = Some(if batch == 1 {
+                    history.clone()
+                } else {
+                    gmlx_mlx::slicing::slice(
+                        &history,
+                        &[b as i32, 0, 0],
+                        &[b as i32 + 1, ple.history_len(), channels],
+                    )?
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// The block on residual streams `x [batch, tokens, streams, hidden]`.
@@ -254,11 +406,11 @@ impl DecoderLayer {
         let r = hyper.attn.reduce(x)?;
         let mixed = self
             .mixer
-            .forward(&self.attn_norm.forward(&r.input)?, layer, ctx)?;
+            .forward(&normed(&self.attn_norm, &r.input)?, layer, ctx)?;
         let h = hyper.attn.write_back(&mixed, x, &r)?;
         let r = hyper.ffn.reduce(&h)?;
         let ffn = self.ffn.forward(
-            &self.ffn_norm.forward(&r.input)?,
+            &normed(&self.ffn_norm, &r.input)?,
             layer,
             &ctx.positions,
             ctx.tokens,
@@ -356,7 +508,8 @@ impl Embedding {
 pub struct Decoder {
     pub token_embd: Embedding,
     pub layers: Vec<DecoderLayer>,
-    pub output_norm: RmsNorm,
+    /// `None` where the streams' final mix norms (low-rank hyper-connections).
+    pub output_norm: Option<RmsNorm>,
     /// `None` when the output head is tied to the token embedding (then resident).
     pub output: Option<QuantWeight>,
     /// With hyper-connections: the streams' count and their final reduction.
@@ -427,7 +580,7 @@ impl Decoder {
             Logits::Last => gmlx_mlx::slicing::slice(&x, &[0, s[1] - 1, 0], &[s[0], s[1], s[2]])?,
             Logits::Positions(at) => x.reshape(&[-1, s[2]])?.take_axis(at, 0)?,
         };
-        let x = self.output_norm.forward(&x)?;
+        let x = normed(&self.output_norm, &x)?;
         let head = match (&self.output, &self.token_embd) {
             (Some(head), _) | (None, Embedding::Resident(head)) => head,
             (None, Embedding::Mapped(_)) => {
@@ -453,7 +606,14 @@ impl Decoder {
         if let Some(mix) = &self.res_head {
             v.array(&mix.score);
         }
-        v.array(&self.output_norm.weight);
+        if let Some((_, StreamsHead::LowRank(mix))) = &self.hyper_head {
+            v.array(&mix.norm);
+            crate::blocks::visit::Frozen(v).linear(&mix.down);
+            crate::blocks::visit::Frozen(v).linear(&mix.up);
+        }
+        if let Some(n) = &self.output_norm {
+            v.array(&n.weight);
+        }
         if let Some(o) = &self.output {
             v.quant(o);
         }

@@ -122,6 +122,9 @@ pub enum StreamsHead {
     Weighted(HyperHead),
     /// Their mean (GLM-5-Next).
     Mean,
+    /// A low-rank hyper-connection mix, which also stands in for the output norm (Qwen4
+    /// experimental).
+    LowRank(Box<crate::blocks::low_rank_hyper::LowRankMix>),
 }
 
 impl StreamsHead {
@@ -133,6 +136,7 @@ impl StreamsHead {
                 let mean = x.as_dtype(Dtype::Float32)?.mean_axis(-2, false)?;
                 Ok(mean.as_dtype(x.dtype())?)
             }
+            StreamsHead::LowRank(mix) => Ok(mix.mix(x)?.input),
         }
     }
 }

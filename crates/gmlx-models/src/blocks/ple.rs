@@ -7,6 +7,125 @@
 //! sequence start (the token's own EOS does not cut its own context). The hash runs on the
 //! host, as llama.cpp's does.
 
+use gmlx_mlx::{fast, ops, Array, Dtype};
+
+use crate::blocks::linear::Linear;
+use crate::error::Result;
+
+/// The PLE module of one block: `e` (a token's table rows, concatenated to the hidden width)
+/// gives a per-stream key `norm(ple_key · e)` and a value `ple_value · e`; each residual
+/// stream `c` is gated by `sigmoid(signed_sqrt(key_c · norm(stream_c) / sqrt(hidden)))`, and
+/// the gated values plus a dilated causal depthwise convolution of them (kernel `kernel`,
+/// dilation `ngram`, SiLU) are added to the streams.
+#[derive(Debug, Clone)]
+pub struct Ple {
+    /// `per_layer_token_embd`, `[rows, head_dim]`, read from the file's memory map.
+    pub table: gmlx_gguf::MappedRows,
+    pub hash: NgramHash,
+    /// `[streams · hidden, hidden]`.
+    pub ple_key: Linear,
+    /// `[hidden, hidden]`.
+    pub ple_value: Linear,
+    /// `[streams, hidden]` float32 gammas of the grouped norms.
+    pub norm_key: Array,
+    pub norm_query: Array,
+    pub norm_conv: Array,
+    /// `[streams · hidden, kernel]` float32 taps.
+    pub conv: Array,
+    pub streams: i32,
+    pub kernel: i32,
+    pub eps: f32,
+}
+
+impl Ple {
+    /// Positions of convolution history a sequence keeps: `(kernel - 1) · ngram`.
+    pub fn history_len(&self) -> i32 {
+        (self.kernel - 1) * self.hash.ngram as i32
+    }
+
+    /// The embedding `[tokens, hidden]` of table `rows` (`heads` per token).
+    pub fn embed(&self, rows: &[i32]) -> Result<Array> {
+        let ids: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let values = self.table.dequantize_rows(&ids)?;
+        let width = (self.hash.heads() as u64 * self.table.row_len()) as i32;
+        Ok(Array::from_slice(
+            &values,
+            &[values.len() as i32 / width, width],
+        ))
+    }
+
+    fn grouped_norm(&self, x: &Array, gamma: &Array) -> Result<Array> {
+        Ok(fast::rms_norm(x, None, self.eps)?.multiply(gamma)?)
+    }
+
+    /// The streams `x [batch, tokens, streams, hidden]` with the module's output added, for
+    /// embeddings `e [batch, tokens, hidden]` and the convolution's `history [batch,
+    /// history_len, streams · hidden]` (float32); returns the new history too.
+    pub fn forward(&self, x: &Array, e: &Array, history: &Array) -> Result<(Array, Array)> {
+        let s = x.shape().to_vec();
+        let (batch, tokens, streams, hidden) = (s[0], s[1], s[2], s[3]);
+        let xf = x.as_dtype(Dtype::Float32)?;
+        let e = e.as_dtype(x.dtype())?;
+        let key = self
+            .ple_key
+            .forward(&e)?
+            .as_dtype(Dtype::Float32)?
+            .reshape(&[batch, tokens, streams, hidden])?;
+        let key = self.grouped_norm(&key, &self.norm_key)?;
+        let query = self.grouped_norm(&xf, &self.norm_query)?;
+        let score = key
+            .multiply(&query)?
+            .sum_axis(-1, true)?
+            .multiply(Array::from_f32(1.0 / (hidden as f32).sqrt()))?; // [b, t, c, 1]
+        let magnitude = ops::maximum(&score.abs()?, Array::from_f32(1e-6))?.sqrt()?;
+        let gate = ops::sigmoid(&ops::sign(&score)?.multiply(&magnitude)?)?;
+        let value = self
+            .ple_value
+            .forward(&e)?
+            .as_dtype(Dtype::Float32)?
+            .expand_dims(2)?;
+        let gated = value.multiply(&gate)?; // [b, t, c, h]
+        let normed = self.grouped_norm(&gated, &self.norm_conv)?.reshape(&[
+            batch,
+            tokens,
+            streams * hidden,
+        ])?;
+        let (conv, history) = self.convolve(&normed, history)?;
+        let conv = conv.reshape(&[batch, tokens, streams, hidden])?;
+        let out = xf.add(&gated)?.add(&conv)?.as_dtype(x.dtype())?;
+        Ok((out, history))
+    }
+
+    /// `silu(sum_k w[:, k] · x[t - (kernel - 1 - k) · ngram])` after `history`.
+    fn convolve(&self, x: &Array, history: &Array) -> Result<(Array, Array)> {
+        let tokens = x.shape()[1];
+        let hist = self.history_len();
+        let joined = ops::concatenate(&[history.clone(), x.clone()], 1)?;
+        let (batch, len, channels) = (joined.shape()[0], joined.shape()[1], joined.shape()[2]);
+        let dilation = self.hash.ngram as i32;
+        let mut sum: Option<Array> = None;
+        for k in 0..self.kernel {
+            let start = hist - (self.kernel - 1 - k) * dilation;
+            let window = gmlx_mlx::slicing::slice(
+                &joined,
+                &[0, start, 0],
+                &[batch, start + tokens, channels],
+            )?;
+            let tap = gmlx_mlx::slicing::slice(&self.conv, &[0, k], &[channels, k + 1])?
+                .reshape(&[channels])?;
+            let term = window.multiply(&tap)?;
+            sum = Some(match sum {
+                Some(s) => s.add(&term)?,
+                None => term,
+            });
+        }
+        let conv = sum.expect("kernel >= 1");
+        let history =
+            gmlx_mlx::slicing::slice(&joined, &[0, len - hist, 0], &[batch, len, channels])?;
+        Ok((conv.multiply(ops::sigmoid(&conv)?)?, history))
+    }
+}
+
 /// The hash's constants, from the `ple.*` keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NgramHash {

@@ -14,11 +14,27 @@ pub const CHUNK_TOKENS: i32 = 256;
 pub struct FullKv {
     keys: Buffer,
     values: Buffer,
+    /// A QSA indexer's raw keys, one row per position, when the layer has one.
+    indexer_keys: Option<Buffer>,
 }
 
 impl FullKv {
     pub fn new() -> FullKv {
         FullKv::default()
+    }
+
+    /// With room for a QSA indexer's keys.
+    pub fn with_indexer() -> FullKv {
+        FullKv {
+            indexer_keys: Some(Buffer::default()),
+            ..FullKv::default()
+        }
+    }
+
+    /// Appends the indexer's keys `[batch, 1, n, width]` and returns every key held; `None`
+    /// when the cache keeps none.
+    pub fn append_indexer_keys(&mut self, keys: &Array) -> Option<Result<Array>> {
+        self.indexer_keys.as_mut().map(|b| b.append(keys))
     }
 
     /// Tokens held.
@@ -37,7 +53,9 @@ impl FullKv {
 
     /// Bytes of the buffers (capacity, not just the filled part).
     pub fn nbytes(&self) -> usize {
-        self.keys.nbytes() + self.values.nbytes()
+        self.keys.nbytes()
+            + self.values.nbytes()
+            + self.indexer_keys.as_ref().map_or(0, Buffer::nbytes)
     }
 
     /// Appends the tokens starting at `position` (which must be the number held) and returns

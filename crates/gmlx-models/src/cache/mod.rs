@@ -21,6 +21,8 @@ use crate::error::Result;
 pub enum CacheKind {
     /// Every key and value of the sequence.
     FullKv,
+    /// Every key and value, and a QSA indexer's raw keys (Qwen4 experimental).
+    IndexedKv,
     /// The last `window` keys and values (sliding-window attention): memory bounded by the
     /// window whatever the sequence's length.
     RotatingKv { window: i32 },
@@ -41,6 +43,7 @@ impl std::fmt::Display for CacheKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CacheKind::FullKv => write!(f, "full kv"),
+            CacheKind::IndexedKv => write!(f, "full kv + indexer keys"),
             CacheKind::RotatingKv { window } => write!(f, "rotating kv ({window})"),
             CacheKind::Recurrent => write!(f, "recurrent state"),
             CacheKind::Latent { indexer: false } => write!(f, "latent kv"),
@@ -104,6 +107,7 @@ impl LayerCache {
     pub fn new(kind: CacheKind) -> LayerCache {
         match kind {
             CacheKind::FullKv => LayerCache::FullKv(FullKv::new()),
+            CacheKind::IndexedKv => LayerCache::FullKv(FullKv::with_indexer()),
             CacheKind::RotatingKv { window } => LayerCache::RotatingKv(RotatingKv::new(window)),
             CacheKind::Recurrent => LayerCache::Recurrent(Recurrent::default()),
             CacheKind::Latent { indexer } => LayerCache::Latent(Latent::new(indexer)),

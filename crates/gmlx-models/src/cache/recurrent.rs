@@ -9,12 +9,16 @@ pub struct Recurrent {
     pub conv: Option<Array>,
     /// `[1, heads, k_dim, v_dim]` float32.
     pub state: Option<Array>,
+    /// A PLE block's convolution history `[1, history, streams · hidden]` (float32).
+    pub ple_history: Option<Array>,
+    /// A PLE block's last tokens (at most `ngram - 1`), oldest first, for the next hash.
+    pub ple_tokens: Vec<u32>,
 }
 
 impl Recurrent {
     /// Bytes of device memory held.
     pub fn nbytes(&self) -> usize {
-        [&self.conv, &self.state]
+        [&self.conv, &self.state, &self.ple_history]
             .into_iter()
             .flatten()
             .map(Array::nbytes)
