@@ -22,8 +22,8 @@ use crate::blocks::norm::RmsNorm;
 use crate::blocks::ple::Ple;
 use crate::blocks::rope::Rope;
 use crate::config::{
-    AttentionSpec, CompressedSpec, DeltaNetSpec, FfnSpec, HyperSpec, KdaSpec, LatentSpec,
-    LayerSpec, MixerSpec, ModelConfig, MoeConfig, RopeConfig,
+    AttentionSpec, CompressedSpec, DeltaNetSpec, FfnSpec, HyperSpec, IndexerSpec, KdaSpec,
+    LatentSpec, LayerSpec, MixerSpec, ModelConfig, MoeConfig, RopeConfig,
 };
 use crate::error::{Error, Result};
 use crate::load::LoadOptions;
@@ -86,12 +86,8 @@ fn decoder(w: &Weights<'_>, config: &ModelConfig) -> Result<Decoder> {
                     0,
                     streams,
                     rank,
-                    [
-                        Tensor::HcHeadNorm,
-                        Tensor::HcHeadDown,
-                        Tensor::HcHeadUp,
-                        Tensor::HcHeadNorm,
-                    ],
+                    [Tensor::HcHeadNorm, Tensor::HcHeadDown, Tensor::HcHeadUp],
+                    None,
                 )?)),
             )),
             None => c
@@ -206,20 +202,18 @@ fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result
     let low_rank = c
         .low_rank_hyper
         .map(|(streams, rank)| -> Result<LowRankBlock> {
-            let mix = |names: [Tensor; 4]| low_rank_mix(w, c, l, streams, rank, names);
+            let mix = |names: [Tensor; 3], inject: Tensor| {
+                low_rank_mix(w, c, l, streams, rank, names, Some(inject))
+            };
             Ok(LowRankBlock {
-                attn: mix([
-                    Tensor::HcAttnNorm,
-                    Tensor::HcAttnDown,
-                    Tensor::HcAttnUp,
+                attn: mix(
+                    [Tensor::HcAttnNorm, Tensor::HcAttnDown, Tensor::HcAttnUp],
                     Tensor::HcAttnInject,
-                ])?,
-                ffn: mix([
-                    Tensor::HcFfnNorm,
-                    Tensor::HcFfnDown,
-                    Tensor::HcFfnUp,
+                )?,
+                ffn: mix(
+                    [Tensor::HcFfnNorm, Tensor::HcFfnDown, Tensor::HcFfnUp],
                     Tensor::HcFfnInject,
-                ])?,
+                )?,
                 ple: match &c.ple {
                     Some(p) if p.layer == l => ple(w, c, l, streams, p)?,
                     _ => None,
@@ -245,23 +239,24 @@ fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result
     })
 }
 
-/// One low-rank hyper-connection mix of layer `l` (`layer` of `usize::MAX`: the head's):
-/// `names` are its norm, down, up and inject tensors (no inject for the head).
+/// One low-rank hyper-connection mix of layer `l`: `names` are its norm, down and up tensors,
+/// `inject` its write-back (none for the head's).
 fn low_rank_mix(
     w: &Weights<'_>,
     c: &ModelConfig,
     l: usize,
     streams: i32,
     rank: i32,
-    names: [Tensor; 4],
+    names: [Tensor; 3],
+    inject: Option<Tensor>,
 ) -> Result<LowRankMix> {
     let flat = streams * c.hidden;
     Ok(LowRankMix {
         norm: w.stream_gammas(&names[0].weight(l), streams, c.hidden)?,
         down: linear(w, names[1], l, rank, flat, false)?,
         up: linear(w, names[2], l, flat, rank, false)?,
-        inject: (names[3] != names[0])
-            .then(|| linear(w, names[3], l, streams, flat, false))
+        inject: inject
+            .map(|t| linear(w, t, l, streams, flat, false))
             .transpose()?,
         streams,
         eps: c.rms_eps,
@@ -381,8 +376,12 @@ fn latent(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &LatentSpec) -> Result<
     let heads = a.n_heads;
     let dims = |v: &[i32]| v.iter().map(|&d| d as u64).collect::<Vec<u64>>();
     let indexer = match a.indexer.filter(|i| i.owns) {
-        Some(i) if i.pool.is_some() => {
-            let (kpool, select_tail) = i.pool.unwrap_or_default();
+        Some(
+            i @ IndexerSpec {
+                pool: Some((kpool, select_tail)),
+                ..
+            },
+        ) => {
             let d = i.head_dim as u64;
             Some(LatentIndexer::Pools(PoolIndexer {
                 attn_q_b: linear(

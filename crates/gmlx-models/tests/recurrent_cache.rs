@@ -124,3 +124,54 @@ fn the_state_stays_float32_under_bfloat16_activations() {
         gmlx_models::sample::argmax(&exact[99]),
     );
 }
+
+/// The KDA and Qwen4 experimental models under bfloat16 activations: the recurrent state stays
+/// float32, the logits come back finite, and the prediction at the end of a 100-token prefix is
+/// the float32 run's where that run's top-1 leads by at least 0.5.
+#[test]
+fn the_new_hybrids_run_under_bfloat16() {
+    for arch in ["kimi-k3", "glm5-next", "qwen4exp"] {
+        let (path, sequence) = common::fixture(arch, "Q8_0");
+        let options = LoadOptions {
+            dtype: Dtype::Bfloat16,
+            ..LoadOptions::default()
+        };
+        let loaded = load(&path, &options).expect("load");
+        let mut cache = loaded.model.new_cache();
+        let tokens = Array::from_slice(&sequence[..100], &[1, 100]);
+        let logits = loaded
+            .model
+            .forward(&tokens, &mut cache, Logits::Last)
+            .expect("forward");
+        assert_eq!(state_of(&cache, 0).1, Dtype::Float32, "{arch}");
+        let ours = logits
+            .as_dtype(Dtype::Float32)
+            .and_then(|l| l.flatten(None, None))
+            .expect("f32");
+        ours.eval().expect("eval");
+        let ours = ours.as_slice::<f32>();
+        assert!(
+            ours.iter().all(|v| v.is_finite()),
+            "{arch}: non-finite logits"
+        );
+        let exact = common::all_logits(
+            &load(&path, &LoadOptions::default()).expect("load"),
+            &sequence[..100],
+        );
+        let row = &exact[99];
+        let top = gmlx_models::sample::argmax(row);
+        let runner_up = row
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i as u32 != top)
+            .map(|(_, &v)| v)
+            .fold(f32::NEG_INFINITY, f32::max);
+        eprintln!(
+            "{arch}: float32 top-1 leads by {}",
+            row[top as usize] - runner_up
+        );
+        if row[top as usize] - runner_up >= 0.5 {
+            assert_eq!(gmlx_models::sample::argmax(ours), top, "{arch}");
+        }
+    }
+}

@@ -137,7 +137,7 @@ pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
                 m.activation = ExpertActivation::SwiGluClamped { limit };
             }
             m.shared_expert = Some(SharedExpertSpec {
-                ffn: moe.expert_ffn * shared,
+                ffn: moe.expert_ffn.saturating_mul(shared),
                 gated: false,
                 clamp: on(shared_clamp[l]),
             });
@@ -162,11 +162,13 @@ fn pool_indexer(file: &GgufFile) -> Result<IndexerSpec> {
         ));
     }
     // llama.cpp asserts the same
-    if kpool < 2 || top_k % kpool != 0 {
+    if kpool < 2 || top_k < kpool || top_k % kpool != 0 {
         return Err(bad(
             file,
             Kv::AttentionIndexerKpool,
-            format!("pools of {kpool} keys (at least 2) and top-k {top_k} (a multiple of it)"),
+            format!(
+                "pools of {kpool} keys (at least 2) and top-k {top_k} (a positive multiple of it)"
+            ),
         ));
     }
     let select_tail = meta

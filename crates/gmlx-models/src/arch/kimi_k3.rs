@@ -118,7 +118,7 @@ pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
         m.shared_expert =
             file.has_tensor(&Tensor::FfnGateShexp.weight(l))
                 .then_some(SharedExpertSpec {
-                    ffn: moe.expert_ffn * shared,
+                    ffn: moe.expert_ffn.saturating_mul(shared),
                     gated: false,
                     clamp: None,
                 });

@@ -14,20 +14,38 @@ use crate::blocks::ple::NgramHash;
 use crate::config::{self, FfnSpec, MixerSpec, ModelConfig, PleSpec, QsaSpec};
 use crate::error::Result;
 
+/// A positive count under `key`, small enough for the shapes it multiplies into.
+fn count(file: &GgufFile, key: Kv) -> Result<i32> {
+    let v = file.get_u32(&key)?;
+    i32::try_from(v)
+        .ok()
+        .filter(|&v| v > 0 && v <= 1 << 20)
+        .ok_or_else(|| {
+            bad(
+                file,
+                key,
+                format!("must be a count from 1 to 2^20, found {v}"),
+            )
+        })
+}
+
 pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
     let meta = file.metadata();
     let mut c = qwen35::synth(file)?;
-    let count = |key: Kv| -> Result<i32> {
-        let v = file.get_u32(&key)?;
-        i32::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .ok_or_else(|| bad(file, key, format!("must be a positive count, found {v}")))
-    };
+    let count = |key: Kv| count(file, key);
+    // one ratio per block of the file (prediction blocks included), 0: dense
+    let blocks = file.get_u32(&Kv::BlockCount)? as usize;
     let ratios = match meta.value(&Kv::AttentionCompressRatios)? {
-        Some(_) => meta.get_u32_per_layer(&Kv::AttentionCompressRatios, c.n_layers)?,
-        None => vec![0; c.n_layers],
+        Some(_) => meta.get_u32_per_layer(&Kv::AttentionCompressRatios, blocks)?,
+        None => vec![0; blocks],
     };
+    if let Some(&r) = ratios.iter().find(|&&r| r > 64) {
+        return Err(bad(
+            file,
+            Kv::AttentionCompressRatios,
+            format!("blocks of {r} positions: llama.cpp takes at most 64"),
+        ));
+    }
     let qsa = if ratios.iter().any(|&r| r > 0) {
         Some(QsaSpec {
             heads: count(Kv::AttentionIndexerHeadCount)?,
@@ -125,7 +143,7 @@ fn ple(file: &GgufFile, c: &ModelConfig) -> Result<Option<PleSpec>> {
     let table = file.tensor(&Tensor::PerLayerTokenEmbd.weight(0))?;
     let rows = table.n_rows();
     let needed = (0..heads)
-        .map(|h| offsets[h] + vocab_sizes[h])
+        .map(|h| offsets[h].saturating_add(vocab_sizes[h]))
         .max()
         .unwrap_or(0);
     if vocab_sizes[..heads].contains(&0) || needed > rows {
@@ -148,6 +166,6 @@ fn ple(file: &GgufFile, c: &ModelConfig) -> Result<Option<PleSpec>> {
         head_dim,
         rows: i32::try_from(rows)
             .map_err(|_| bad(file, Kv::PleHeadVocabSizes, "too many rows".into()))?,
-        kernel: file.get_u32(&Kv::PleConvKernel)? as i32,
+        kernel: count(file, Kv::PleConvKernel)?,
     }))
 }

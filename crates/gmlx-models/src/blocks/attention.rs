@@ -377,6 +377,10 @@ impl Attention {
         v.linear(&mut self.attn_k);
         v.linear(&mut self.attn_v);
         v.linear(&mut self.attn_output);
+        if let Some(qsa) = &mut self.qsa {
+            v.linear(&mut qsa.q_proj);
+            v.linear(&mut qsa.k_proj);
+        }
     }
 }
 

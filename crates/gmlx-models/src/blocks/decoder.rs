@@ -322,7 +322,7 @@ impl DecoderLayer {
             m.inject
                 .clone()
                 .ok_or_else(|| crate::error::Error::BadConfig {
-                    key: format!("blk.{layer}.hc_attn_inject"),
+                    key: format!("blk.{layer}.hc_*_inject"),
                     reason: "a block's hyper-connection mix has no write-back".into(),
                 })
         };
@@ -352,6 +352,7 @@ impl DecoderLayer {
         let channels = s[2] * s[3];
         let mut rows = Vec::with_capacity(batch * tokens * ple.hash.heads());
         let mut histories = Vec::with_capacity(batch);
+        let mut kept = Vec::with_capacity(batch);
         for b in 0..batch {
             let own = &ids[b * tokens..(b + 1) * tokens];
             let (before, history) = match ctx.layer_cache(b, layer) {
@@ -368,9 +369,7 @@ impl DecoderLayer {
                     gmlx_mlx::ops::zeros_dtype(&[1, ple.history_len(), channels], Dtype::Float32)?
                 }
             });
-            if let Some(LayerCache::Recurrent(r)) = ctx.layer_cache(b, layer) {
-                r.ple_tokens = all[all.len().saturating_sub(keep)..].to_vec();
-            }
+            kept.push(all[all.len().saturating_sub(keep)..].to_vec());
         }
         let e = ple.embed(&rows)?.reshape(&[s[0], s[1], s[3]])?;
         let history = if histories.len() == 1 {
@@ -379,8 +378,10 @@ impl DecoderLayer {
             gmlx_mlx::ops::concatenate(&histories, 0)?
         };
         let (out, history) = ple.forward(x, &e, &history)?;
-        for b in 0..batch {
+        // the pass has run: each row's hash and convolution histories move on together
+        for (b, tokens) in kept.into_iter().enumerate() {
             if let Some(LayerCache::Recurrent(r)) = ctx.layer_cache(b, layer) {
+                r.ple_tokens = tokens;
                 r.ple_history = Some(if batch == 1 {
                     history.clone()
                 } else {

@@ -192,8 +192,14 @@ impl PoolIndexer {
             ops::zeros_dtype(&[tokens, keys], gmlx_mlx::Dtype::Bool)?
         };
         if pools == 0 {
+            // before the first complete pool: the incomplete one, or (without the tail) itself
+            let seen = if self.select_tail {
+                tail
+            } else {
+                key_pos.eq(&queries.reshape(&[tokens, 1])?)?
+            };
             return Ok(ops::broadcast_to(
-                tail.reshape(&[1, 1, tokens, keys])?,
+                seen.reshape(&[1, 1, tokens, keys])?,
                 &[batch, 1, tokens, keys],
             )?);
         }
@@ -205,7 +211,6 @@ impl PoolIndexer {
         let g = slice(&members, &[0, 0, 0, dim], &[batch, pools, kpool, 2 * dim])?;
         let probs = ops::softmax_axis(&g.add(&self.kpool_ape)?, 2, true)?;
         let pooled = probs.multiply(&k)?.sum_axis(2, false)?; // [b, pools, dim]
-                                                              // scores [b, t, pools]
         let q = q
             .as_dtype(gmlx_mlx::Dtype::Float32)?
             .transpose_axes(&[0, 2, 1, 3])?; // [b, h, t, d]
@@ -238,6 +243,11 @@ impl PoolIndexer {
             chosen_keys = ops::concatenate(&[chosen_keys, rest], -1)?;
         }
         let seen = chosen_keys.logical_and(visible)?.logical_or(&tail)?;
+        // without `select_tail`, a query before its first complete pool has nothing to see
+        // (llama.cpp's softmax then has no finite term): it sees itself
+        let own = key_pos.eq(&queries.reshape(&[tokens, 1])?)?;
+        let empty = seen.any_axis(-1, true)?.logical_not()?;
+        let seen = seen.logical_or(&empty.logical_and(&own)?)?;
         Ok(seen.expand_dims(1)?)
     }
 }

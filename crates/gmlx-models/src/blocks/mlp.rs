@@ -18,7 +18,12 @@ pub enum Glu {
 }
 
 impl Glu {
+    /// In the dtype of `gate` (float32 scalars would promote bfloat16 activations).
     pub fn apply(self, gate: &Array, up: &Array) -> Result<Array> {
+        Ok(self.apply_promoted(gate, up)?.as_dtype(gate.dtype())?)
+    }
+
+    fn apply_promoted(self, gate: &Array, up: &Array) -> Result<Array> {
         match self {
             Glu::Silu => Ok(gate.multiply(ops::sigmoid(gate)?)?.multiply(up)?),
             Glu::SiluClamped { limit } => crate::blocks::moe::swiglu_clamped(gate, up, limit),
