@@ -570,6 +570,16 @@ impl Decoder {
 
     /// Final norm and output head on the positions `logits` selects, in float32.
     fn head(&self, x: Array, logits: &Logits) -> Result<Array> {
+        // the streams mix within each position: narrow to the last one first
+        let x = match logits {
+            Logits::Last => {
+                let s = x.shape().to_vec();
+                let mut start = vec![0; s.len()];
+                start[1] = s[1] - 1;
+                gmlx_mlx::slicing::slice(&x, &start, &s)?
+            }
+            Logits::All | Logits::Positions(_) => x,
+        };
         let x = match (&self.hyper_head, &self.res_head) {
             (Some((_, head)), _) => head.reduce(&x)?,
             (None, Some(mix)) => mix.mix(&x)?,
@@ -577,8 +587,7 @@ impl Decoder {
         };
         let s = x.shape().to_vec();
         let x = match logits {
-            Logits::All => x,
-            Logits::Last => gmlx_mlx::slicing::slice(&x, &[0, s[1] - 1, 0], &[s[0], s[1], s[2]])?,
+            Logits::All | Logits::Last => x,
             Logits::Positions(at) => x.reshape(&[-1, s[2]])?.take_axis(at, 0)?,
         };
         let x = normed(&self.output_norm, &x)?;
