@@ -7,15 +7,13 @@
 use gmlx_gguf::names::{Kv, Tensor};
 use gmlx_gguf::GgufFile;
 
-use super::{bad, per_layer_f32};
+use super::{bad, per_layer_f32, GATING_SQRT_SOFTPLUS};
 use crate::config::{
     self, CompressedSpec, ExpertActivation, FfnSpec, Gating, HyperSpec, IndexerSpec, MixerSpec,
     ModelConfig, RopeConfig, SharedExpertSpec,
 };
 use crate::error::Result;
 
-/// llama.cpp's `LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS`, the only one its loader takes.
-const GATING_SQRT_SOFTPLUS: u32 = 4;
 /// Clamps at or below this are off (llama.cpp's threshold).
 const CLAMP_OFF: f32 = 1e-6;
 /// The compressors llama.cpp implements: overlapped with an indexer, and pooled.
@@ -25,13 +23,7 @@ const HCA_RATIO: u32 = 128;
 pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
     let meta = file.metadata();
     let mut c = config::synth_decoder(file, true)?;
-    let count = |key: Kv| -> Result<i32> {
-        let v = file.get_u32(&key)?;
-        i32::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .ok_or_else(|| bad(file, key, format!("must be a positive count, found {v}")))
-    };
+    let count = |key: Kv| super::count(file, key);
     let MixerSpec::Attention(first) = &c.layers[0].mixer else {
         unreachable!("synth_decoder plans attention layers");
     };

@@ -9,17 +9,13 @@
 use gmlx_gguf::names::Kv;
 use gmlx_gguf::{GgufFile, Value};
 
-use super::{bad, per_layer_f32};
+use super::{bad, per_layer_f32, GATING_NONE, GATING_SIGMOID, GATING_SOFTMAX};
 use crate::config::{
     self, ExpertActivation, FfnSpec, Gating, HyperSpec, IndexerSpec, KdaSpec, LatentSpec,
     MixerSpec, ModelConfig, SharedExpertSpec,
 };
 use crate::error::Result;
 
-/// llama.cpp's `llama_expert_gating_func_type` (0: unset, which GLM-5-Next reads as sigmoid).
-const GATING_NONE: u32 = 0;
-const GATING_SOFTMAX: u32 = 1;
-const GATING_SIGMOID: u32 = 2;
 /// Clamps at or below this are off (llama.cpp's threshold).
 const CLAMP_OFF: f32 = 1e-6;
 /// The only stream count llama.cpp's mHC takes.
@@ -28,13 +24,7 @@ const STREAMS: i32 = 4;
 pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
     let meta = file.metadata();
     let (mut c, recurrent) = config::synth_hybrid_decoder(file, true)?;
-    let count = |key: Kv| -> Result<i32> {
-        let v = file.get_u32(&key)?;
-        i32::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .ok_or_else(|| bad(file, key, format!("must be a positive count, found {v}")))
-    };
+    let count = |key: Kv| super::count(file, key);
     let MixerSpec::Attention(first) = &c.layers[0].mixer else {
         unreachable!("synth_decoder plans attention layers");
     };

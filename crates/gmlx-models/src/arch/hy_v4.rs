@@ -7,29 +7,20 @@
 use gmlx_gguf::names::{Kv, Tensor};
 use gmlx_gguf::{GgufFile, Value};
 
-use super::{bad, per_layer_f32};
+use super::{bad, per_layer_f32, GATING_SIGMOID, GATING_SOFTMAX};
 use crate::config::{
     self, ExpertActivation, FfnSpec, Gating, HyperSpec, IndexerSpec, LatentSpec, MixerSpec,
     ModelConfig, SharedExpertSpec,
 };
 use crate::error::Result;
 
-/// llama.cpp's `llama_expert_gating_func_type`.
-const GATING_SOFTMAX: u32 = 1;
-const GATING_SIGMOID: u32 = 2;
 /// Clamps at or below this are off (llama.cpp's threshold).
 const CLAMP_OFF: f32 = 1e-6;
 
 pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
     let meta = file.metadata();
     let mut c = config::synth_decoder(file, true)?;
-    let count = |key: Kv| -> Result<i32> {
-        let v = file.get_u32(&key)?;
-        i32::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .ok_or_else(|| bad(file, key, format!("must be a positive count, found {v}")))
-    };
+    let count = |key: Kv| super::count(file, key);
     let q_rank = count(Kv::AttentionQLoraRank)?;
     let kv_rank = count(Kv::AttentionKvLoraRank)?;
     let key_dim = count(Kv::AttentionKeyLengthMla)?;

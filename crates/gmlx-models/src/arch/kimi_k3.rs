@@ -8,27 +8,17 @@
 use gmlx_gguf::names::{Kv, Tensor};
 use gmlx_gguf::GgufFile;
 
-use super::bad;
+use super::{bad, GATING_SIGMOID, GATING_SOFTMAX};
 use crate::config::{
     self, ExpertActivation, FfnSpec, Gating, Glu, KdaSpec, LatentSpec, MixerSpec, ModelConfig,
     SharedExpertSpec,
 };
 use crate::error::Result;
 
-/// llama.cpp's `llama_expert_gating_func_type`.
-const GATING_SOFTMAX: u32 = 1;
-const GATING_SIGMOID: u32 = 2;
-
 pub fn synth(file: &GgufFile) -> Result<ModelConfig> {
     let meta = file.metadata();
     let (mut c, recurrent) = config::synth_hybrid_decoder(file, true)?;
-    let count = |key: Kv| -> Result<i32> {
-        let v = file.get_u32(&key)?;
-        i32::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .ok_or_else(|| bad(file, key, format!("must be a positive count, found {v}")))
-    };
+    let count = |key: Kv| super::count(file, key);
     let MixerSpec::Attention(first) = &c.layers[0].mixer else {
         unreachable!("synth_decoder plans attention layers");
     };

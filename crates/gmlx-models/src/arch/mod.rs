@@ -28,6 +28,21 @@ fn bad(file: &GgufFile, key: Kv, reason: String) -> Error {
     }
 }
 
+/// A positive count under `key`, as an `i32` for the shapes it sizes.
+fn count(file: &GgufFile, key: Kv) -> Result<i32> {
+    let v = file.get_u32(&key)?;
+    i32::try_from(v)
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| bad(file, key, format!("must be a positive count, found {v}")))
+}
+
+/// llama.cpp's `llama_expert_gating_func_type` values (0: unset).
+const GATING_NONE: u32 = 0;
+const GATING_SOFTMAX: u32 = 1;
+const GATING_SIGMOID: u32 = 2;
+const GATING_SQRT_SOFTPLUS: u32 = 4;
+
 /// A float per block, given once for all of them or as an array (at least one per block);
 /// `None` when the file has no such key.
 fn per_layer_f32(file: &GgufFile, key: Kv, n_layers: usize) -> Result<Option<Vec<f32>>> {

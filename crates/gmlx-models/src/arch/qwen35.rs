@@ -7,7 +7,7 @@
 use gmlx_gguf::names::{Kv, Tensor};
 use gmlx_gguf::GgufFile;
 
-use super::bad;
+use super::{bad, count};
 use crate::config::{self, DeltaNetSpec, HeadMap, MixerSpec, ModelConfig};
 use crate::error::Result;
 
@@ -79,18 +79,6 @@ fn recurrent_layers(file: &GgufFile, n_layers: usize) -> Result<Vec<bool>> {
         ));
     }
     Ok((0..n_layers).map(|i| (i + 1) % interval != 0).collect())
-}
-
-fn count(file: &GgufFile, key: Kv) -> Result<i32> {
-    let v = file.get_u32(&key)?;
-    match i32::try_from(v) {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(bad(
-            file,
-            key,
-            format!("must be a positive count, found {v}"),
-        )),
-    }
 }
 
 /// The DeltaNet shape from the `ssm.*` keys.

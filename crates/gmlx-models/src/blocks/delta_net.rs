@@ -195,13 +195,7 @@ impl GatedDeltaNet {
             g: per_token(g)?,
             beta: per_token(beta)?,
         };
-        let (out, state) = if tokens == 1 || !delta_rule::chunked_here() {
-            delta_rule::recurrent(&input, &state)?
-        } else if gmlx_mlx::quant::training() {
-            delta_rule::chunked_checkpointed(&input, &state)?
-        } else {
-            delta_rule::chunked(&input, &state)?
-        };
+        let (out, state) = delta_rule::scan(&input, &state)?;
         store_states(layer, ctx, &history, &state)?;
 
         // [batch, heads, tokens, v_dim] -> per head: norm, gate, then the output projection

@@ -30,6 +30,18 @@ pub fn chunked_here() -> bool {
     !(gmlx_mlx::quant::training() && std::env::var("GMLX_TRAIN_GDN_CHUNK").is_ok_and(|v| v == "0"))
 }
 
+/// The scan a mixer runs: one token at a time for a single token (or when [`chunked_here`]
+/// says so), else chunked, checkpointed when training differentiates the pass.
+pub fn scan(input: &ScanInput, state: &Array) -> Result<(Array, Array)> {
+    if input.q.shape()[2] == 1 || !chunked_here() {
+        recurrent(input, state)
+    } else if gmlx_mlx::quant::training() {
+        chunked_checkpointed(input, state)
+    } else {
+        chunked(input, state)
+    }
+}
+
 /// [`chunked`] inside MLX's checkpoint transform: a differentiated pass keeps only the scan's
 /// inputs, and the backward pass runs the scan again to rebuild its chunk states, so nothing
 /// per chunk or per token stays on the gradient tape.

@@ -131,13 +131,7 @@ impl Kda {
             g: to_scan(self.decay(x)?)?,
             beta: beta.transpose_axes(&[0, 2, 1])?,
         };
-        let (out, state) = if tokens == 1 || !delta_rule::chunked_here() {
-            delta_rule::recurrent(&input, &state)?
-        } else if gmlx_mlx::quant::training() {
-            delta_rule::chunked_checkpointed(&input, &state)?
-        } else {
-            delta_rule::chunked(&input, &state)?
-        };
+        let (out, state) = delta_rule::scan(&input, &state)?;
         store_states(layer, ctx, &history, &state)?;
 
         // [batch, heads, tokens, head_dim] -> per head: norm, gate (float32), projection
