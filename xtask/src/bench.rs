@@ -15,11 +15,18 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("cpu") => crate::bench_cpu::run(&args[1..]),
         Some("stream") => stream(&args[1..]),
         Some("invariance") => cargo_bench("gmlx-models", "invariance", "invariance", &args[1..]),
+        Some("train-attention") => cargo_bench(
+            "gmlx-models",
+            "train_attention",
+            "train-attention",
+            &args[1..],
+        ),
         other => bail!(
             "usage: cargo xtask bench mlx [--size N --reps R] | serve [--tokens N --streams 1,2,4,8] \
              | gguf FILE|SHAPE [--prompt N --decode N --threads N] \
              | cpu [FILE] [--rounds N --threads N] \
-             | stream [--arena-mb N --tokens N --prompt N] | invariance (got {other:?})"
+             | stream [--arena-mb N --tokens N --prompt N] | invariance \
+             | train-attention [--tokens N --heads N --kv-heads N --dim N --device D] (got {other:?})"
         ),
     }
 }

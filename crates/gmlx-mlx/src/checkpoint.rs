@@ -19,22 +19,16 @@
 //! assert!(diff.item_exact::<f32>() < 1e-6);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-use std::cell::RefCell;
 use std::ffi::c_void;
 use std::os::raw::c_int;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use mlx_rs::error::Exception;
 use mlx_rs::Array;
 
+use crate::closure;
 use crate::error::{Error, Result};
 
 type Body = Box<dyn FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exception>>;
-
-thread_local! {
-    /// The error of the last failing body on this thread: MLX only sees a failure code.
-    static LAST_ERROR: RefCell<Option<String>> = const { RefCell::new(None) };
-}
 
 /// A function of arrays wrapped in MLX's checkpoint transform.
 ///
@@ -50,56 +44,38 @@ impl std::fmt::Debug for Checkpointed {
     }
 }
 
-unsafe extern "C" fn trampoline(
+/// Calls the boxed body of a closure made by [`function`].
+pub(crate) unsafe extern "C" fn trampoline(
     out: *mut mlx_sys::mlx_vector_array,
     input: mlx_sys::mlx_vector_array,
     payload: *mut c_void,
 ) -> c_int {
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: `payload` is the `Box<Body>` leaked in `Checkpointed::new`, alive until the
-        // destructor below runs; MLX calls the closure from one thread at a time.
+    closure::guarded(|| {
+        // SAFETY: `payload` is the `Box<Body>` leaked in `function`, alive until `destroy`
+        // runs; MLX calls the closure from one thread at a time.
         let body = unsafe { &mut *(payload as *mut Body) };
-        let n = unsafe { mlx_sys::mlx_vector_array_size(input) };
-        let mut arrays = Vec::with_capacity(n);
-        for i in 0..n {
-            // SAFETY: a fresh handle, owned by the `Array` that wraps it.
-            unsafe {
-                let mut a = mlx_sys::mlx_array_new();
-                if mlx_sys::mlx_vector_array_get(&mut a, input, i) != 0 {
-                    mlx_sys::mlx_array_free(a);
-                    return Err("reading the checkpoint inputs failed".to_owned());
-                }
-                arrays.push(Array::from_ptr(a));
-            }
-        }
-        let outputs = body(&arrays).map_err(|e| e.what().to_owned())?;
-        let ptrs: Vec<mlx_sys::mlx_array> = outputs.iter().map(Array::as_ptr).collect();
-        // SAFETY: the vector copies (retains) each array; ours are dropped afterwards.
-        unsafe {
-            let vec = mlx_sys::mlx_vector_array_new_data(ptrs.as_ptr(), ptrs.len());
-            let rc = mlx_sys::mlx_vector_array_set(out, vec);
-            mlx_sys::mlx_vector_array_free(vec);
-            if rc != 0 {
-                return Err("writing the checkpoint outputs failed".to_owned());
-            }
-        }
-        Ok(())
-    }));
-    let error = match result {
-        Ok(Ok(())) => return 0,
-        Ok(Err(e)) => e,
-        Err(_) => "the checkpointed function panicked".to_owned(),
-    };
-    LAST_ERROR.with(|l| *l.borrow_mut() = Some(error));
-    1
+        let arrays = unsafe { closure::arrays_of(input) }?;
+        let outputs = body(&arrays).map_err(closure::message)?;
+        // SAFETY: `out` is the live vector MLX passed.
+        unsafe { closure::write(out, &outputs) }
+    })
 }
 
-unsafe extern "C" fn destroy(payload: *mut c_void) {
-    if !payload.is_null() {
-        // SAFETY: the box leaked in `Checkpointed::new`; MLX calls this once.
-        let _ = catch_unwind(AssertUnwindSafe(|| unsafe {
-            drop(Box::from_raw(payload as *mut Body));
-        }));
+/// `f` as a plain mlx-c closure (owned by the caller, who frees it).
+pub(crate) fn function<F>(f: F) -> mlx_sys::mlx_closure
+where
+    F: FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exception> + 'static,
+{
+    let body: Box<Body> = Box::new(Box::new(f));
+    let payload = Box::into_raw(body) as *mut c_void;
+    // SAFETY: the payload is owned by the closure from here on; `destroy` frees it when MLX
+    // drops the last copy of the closure.
+    unsafe {
+        mlx_sys::mlx_closure_new_func_payload(
+            Some(trampoline),
+            payload,
+            Some(closure::destroy::<Body>),
+        )
     }
 }
 
@@ -110,13 +86,9 @@ impl Checkpointed {
         F: FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exception> + 'static,
     {
         crate::init();
-        let body: Box<Body> = Box::new(Box::new(f));
-        let payload = Box::into_raw(body) as *mut c_void;
-        // SAFETY: the payload is owned by the closure from here on; `destroy` frees it when
-        // MLX drops the last copy of the closure.
+        let raw = function(f);
+        // SAFETY: `raw` is freed here; the checkpointed closure holds its own copy.
         unsafe {
-            let raw =
-                mlx_sys::mlx_closure_new_func_payload(Some(trampoline), payload, Some(destroy));
             let mut closure = mlx_sys::mlx_closure_new();
             let rc = mlx_sys::mlx_checkpoint(&mut closure, raw);
             mlx_sys::mlx_closure_free(raw);
@@ -133,36 +105,7 @@ impl Checkpointed {
 
     /// Runs the function on `inputs`; gradients through the outputs recompute it.
     pub fn apply(&self, inputs: &[Array]) -> Result<Vec<Array>> {
-        let ptrs: Vec<mlx_sys::mlx_array> = inputs.iter().map(Array::as_ptr).collect();
-        LAST_ERROR.with(|l| l.borrow_mut().take());
-        // SAFETY: `input` and `out` are created and freed here; each output handle is moved
-        // into an `Array`.
-        unsafe {
-            let input = mlx_sys::mlx_vector_array_new_data(ptrs.as_ptr(), ptrs.len());
-            let mut out = mlx_sys::mlx_vector_array_new();
-            let rc = mlx_sys::mlx_closure_apply(&mut out, self.closure, input);
-            mlx_sys::mlx_vector_array_free(input);
-            if rc != 0 {
-                mlx_sys::mlx_vector_array_free(out);
-                let what = LAST_ERROR.with(|l| l.borrow_mut().take());
-                return Err(match what {
-                    Some(what) => Error::Mlx(Exception::custom(what)),
-                    None => Error::Ffi {
-                        call: "mlx_closure_apply",
-                        code: rc,
-                    },
-                });
-            }
-            let n = mlx_sys::mlx_vector_array_size(out);
-            let mut arrays = Vec::with_capacity(n);
-            for i in 0..n {
-                let mut a = mlx_sys::mlx_array_new();
-                mlx_sys::mlx_vector_array_get(&mut a, out, i);
-                arrays.push(Array::from_ptr(a));
-            }
-            mlx_sys::mlx_vector_array_free(out);
-            Ok(arrays)
-        }
+        closure::apply(self.closure, inputs)
     }
 }
 

@@ -16,7 +16,9 @@
 //! ```
 pub mod blas;
 pub mod checkpoint;
+mod closure;
 pub mod cpu_qmm;
+pub mod custom_vjp;
 pub mod device;
 mod error;
 pub mod memory;

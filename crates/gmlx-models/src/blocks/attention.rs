@@ -1,8 +1,8 @@
 //! Grouped-query softmax attention with rotary positions, optional per-head Q/K norms,
 //! sinks, a sliding window, and QSA block-sparse selection (Qwen4 experimental, [`Qsa`]).
-use gmlx_mlx::fast::{self, ScaledDotProductAttentionMask};
 use gmlx_mlx::{Array, Dtype};
 
+use crate::blocks::blocked_attention;
 use crate::blocks::context::ForwardCtx;
 use crate::blocks::linear::Linear;
 use crate::blocks::mask;
@@ -338,19 +338,7 @@ impl Attention {
 
     fn sdpa(&self, q: &Array, k: &Array, v: &Array, mask: &KeyMask) -> Result<Array> {
         let scale = 1.0 / (self.head_dim as f32).sqrt();
-        let mask = match mask {
-            KeyMask::All => None,
-            KeyMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
-            KeyMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
-        };
-        Ok(fast::scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            scale,
-            mask,
-            self.sinks.as_ref(),
-        )?)
+        blocked_attention::attention(q, k, v, scale, mask, self.sinks.as_ref())
     }
 
     /// Its weights: the projections (adaptable), then the norms and sinks.

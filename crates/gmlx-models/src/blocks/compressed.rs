@@ -9,6 +9,7 @@
 use gmlx_mlx::slicing::slice;
 use gmlx_mlx::{fast, ops, Array, Dtype, QuantWeight};
 
+use crate::blocks::blocked_attention;
 use crate::blocks::context::ForwardCtx;
 use crate::blocks::latent::top_k_visible;
 use crate::blocks::linear::Linear;
@@ -16,7 +17,7 @@ use crate::blocks::mask;
 use crate::blocks::norm::RmsNorm;
 use crate::blocks::rope::Rope;
 use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
-use crate::cache::{Compressed, CompressorState, LayerCache};
+use crate::cache::{Compressed, CompressorState, KeyMask, LayerCache};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone)]
@@ -189,12 +190,12 @@ impl CompressedAttention {
             }
         }
         let scale = 1.0 / (self.head_dim as f32).sqrt();
-        let out = fast::scaled_dot_product_attention(
+        let out = blocked_attention::attention(
             &p.q,
             &keys,
             &keys,
             scale,
-            Some(fast::ScaledDotProductAttentionMask::Array(&visible)),
+            &KeyMask::Array(visible),
             Some(&self.sinks),
         )?;
         self.rotate_trailing_back(&out, position)

@@ -11,13 +11,14 @@
 //! `kpool` consecutive keys instead of single keys ([`PoolIndexer`]).
 use gmlx_mlx::{fast, ops, Array};
 
+use crate::blocks::blocked_attention;
 use crate::blocks::context::ForwardCtx;
 use crate::blocks::linear::Linear;
 use crate::blocks::mask;
 use crate::blocks::norm::RmsNorm;
 use crate::blocks::rope::Rope;
 use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
-use crate::cache::{Latent, LayerCache};
+use crate::cache::{KeyMask, Latent, LayerCache};
 use crate::error::{Error, Result};
 use gmlx_mlx::slicing::slice;
 
@@ -519,15 +520,8 @@ impl LatentAttention {
 
     fn sdpa(&self, q: &Array, k: &Array, v: &Array, mask: Option<&Array>) -> Result<Array> {
         let scale = 1.0 / ((self.nope_dim + self.rope_dim) as f32).sqrt();
-        let mask = mask.map(fast::ScaledDotProductAttentionMask::Array);
-        Ok(fast::scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            scale,
-            mask,
-            self.sinks.as_ref(),
-        )?)
+        let mask = mask.map_or(KeyMask::All, |m| KeyMask::Array(m.clone()));
+        blocked_attention::attention(q, k, v, scale, &mask, self.sinks.as_ref())
     }
 
     /// Its weights: the projections (adaptable) with the norms, the absorbed matrices, the

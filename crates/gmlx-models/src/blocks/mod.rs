@@ -1,6 +1,7 @@
 //! The shared math architectures are assembled from.
 pub mod attention;
 pub mod attn_res;
+pub mod blocked_attention;
 pub mod compressed;
 pub mod context;
 pub mod decoder;

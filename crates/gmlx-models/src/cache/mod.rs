@@ -74,7 +74,7 @@ pub struct Attended {
 }
 
 /// Visibility of the attended keys for the new queries.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum KeyMask {
     /// Every key is visible to every query (one query token).
     All,

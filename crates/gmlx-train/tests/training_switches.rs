@@ -1,8 +1,16 @@
-//! Training a gated-DeltaNet model (the `qwen35` and `qwen3next` fixtures: DeltaNet layers
-//! 0-1, attention layer 2) differentiates the chunked scan (64 tokens per step) inside a
-//! checkpoint (recomputed in the backward pass); `GMLX_TRAIN_GDN_CHUNK=0` restores the
-//! per-token loop. On a 150-token row (three chunks) both give the same loss and LoRA
-//! gradients to rounding. Its own test binary: the switch is the process's environment.
+//! The switches that restore the plain (memory-hungry) training paths give the same loss and
+//! LoRA gradients, to rounding, as the defaults:
+//!
+//! - `GMLX_TRAIN_GDN_CHUNK=0`: a gated-DeltaNet model (the `qwen35` and `qwen3next` fixtures:
+//!   DeltaNet layers 0-1, attention layer 2) differentiates the chunked scan (64 tokens per
+//!   step, inside a checkpoint) by default, the per-token loop with the switch; a 150-token
+//!   row (three chunks).
+//! - `GMLX_TRAIN_BLOCKED_ATTN=0`: attention of a row longer than 256 tokens runs in blocks of
+//!   queries under a custom VJP by default, as MLX's whole-row attention with the switch; a
+//!   300-token row (two blocks) through grouped-query attention (`llama`), sinks and a sliding
+//!   window (`gpt-oss`), MLA (`kimi-k3`) and compressed attention (`deepseek4`).
+//!
+//! One test, in its own test binary: the switches are the process's environment.
 use gmlx_mlx::Array;
 use gmlx_models::{load, LoadOptions};
 use gmlx_train::data::Example;
@@ -17,13 +25,18 @@ fn host(a: &Array) -> Vec<f32> {
 }
 
 #[test]
-fn the_chunked_scan_trains_like_the_per_token_loop() {
+fn the_memory_saving_paths_train_like_the_plain_ones() {
     for arch in ["qwen35", "qwen3next"] {
-        chunked_against_loop(arch);
+        default_against_switch(arch, "GMLX_TRAIN_GDN_CHUNK", 150);
+    }
+    for arch in ["llama", "gpt-oss", "kimi-k3", "deepseek4"] {
+        default_against_switch(arch, "GMLX_TRAIN_BLOCKED_ATTN", 300);
     }
 }
 
-fn chunked_against_loop(arch: &str) {
+/// Loss and gradients on `tokens` of the fixture's golden sequence (repeated where it is
+/// shorter), by default and with `switch=0`.
+fn default_against_switch(arch: &str, switch: &str, tokens: usize) {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures")
         .join(arch);
@@ -35,7 +48,8 @@ fn chunked_against_loop(arch: &str) {
         .as_array()
         .expect("sequence")
         .iter()
-        .take(150)
+        .cycle()
+        .take(tokens)
         .map(|v| v.as_u64().expect("id") as u32)
         .collect();
     let model = load(
@@ -72,17 +86,17 @@ fn chunked_against_loop(arch: &str) {
         loss.eval().expect("eval");
         (loss.item_exact::<f32>(), grads)
     };
-    let (loss_chunked, grads_chunked) = run();
-    std::env::set_var("GMLX_TRAIN_GDN_CHUNK", "0");
-    let (loss_loop, grads_loop) = run();
-    std::env::remove_var("GMLX_TRAIN_GDN_CHUNK");
+    let (loss_default, grads_default) = run();
+    std::env::set_var(switch, "0");
+    let (loss_plain, grads_plain) = run();
+    std::env::remove_var(switch);
 
     assert!(
-        (loss_chunked - loss_loop).abs() < 1e-4 * loss_loop.abs().max(1.0),
-        "{arch}: {loss_chunked} vs {loss_loop}"
+        (loss_default - loss_plain).abs() < 1e-4 * loss_plain.abs().max(1.0),
+        "{arch}: {loss_default} vs {loss_plain}"
     );
     let mut worst = 0f32;
-    for (a, b) in grads_chunked.iter().zip(&grads_loop) {
+    for (a, b) in grads_default.iter().zip(&grads_plain) {
         let (a, b) = (host(a), host(b));
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-12);
         let d = a
@@ -92,10 +106,10 @@ fn chunked_against_loop(arch: &str) {
         worst = worst.max(d / scale);
     }
     eprintln!(
-        "{arch}: loss chunked {loss_chunked} loop {loss_loop}; max relative gradient difference {worst:e}"
+        "{arch}: loss {loss_default}, with {switch}=0 {loss_plain}; max relative gradient difference {worst:e}"
     );
     assert!(worst < 1e-3, "{arch}: gradients differ by {worst:e}");
-    assert!(grads_chunked
+    assert!(grads_default
         .iter()
         .any(|g| host(g).iter().any(|v| *v != 0.0)));
 }
