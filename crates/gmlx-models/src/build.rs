@@ -5,7 +5,7 @@ use gmlx_gguf::names::Tensor;
 use gmlx_gguf::GgufFile;
 use gmlx_mlx::{Array, Dtype, QuantWeight};
 
-use crate::blocks::attention::{Attention, Qsa};
+use crate::blocks::attention::{Attention, QkvProjection, Qsa};
 use crate::blocks::attn_res::{BlockResidual, ResidualMix};
 use crate::blocks::compressed::{hadamard, BlockIndexer, CompressedAttention, Compressor};
 use crate::blocks::decoder::{BlockHyper, Decoder, DecoderLayer, Embedding, Ffn, LowRankBlock};
@@ -319,6 +319,30 @@ fn linear(
     })
 }
 
+/// Layer `l`'s query, key and value projections: the fused `attn_qkv` when the file has it
+/// (with its fused bias, when `bias`), else the three tensors.
+fn qkv_projection(
+    w: &Weights<'_>,
+    l: usize,
+    q_rows: i32,
+    kv_rows: i32,
+    hidden: i32,
+    bias: bool,
+) -> Result<QkvProjection> {
+    if w.has_tensor(&Tensor::AttnQkv.weight(l)) {
+        return Ok(QkvProjection::Fused {
+            attn_qkv: linear(w, Tensor::AttnQkv, l, q_rows + 2 * kv_rows, hidden, bias)?,
+            q_rows,
+            kv_rows,
+        });
+    }
+    Ok(QkvProjection::Separate {
+        attn_q: linear(w, Tensor::AttnQ, l, q_rows, hidden, bias)?,
+        attn_k: linear(w, Tensor::AttnK, l, kv_rows, hidden, bias)?,
+        attn_v: linear(w, Tensor::AttnV, l, kv_rows, hidden, bias)?,
+    })
+}
+
 fn attention(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &AttentionSpec) -> Result<Attention> {
     let (q_out, kv_out, h) = (a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, c.hidden);
     let q_rows = if a.output_gate { 2 * q_out } else { q_out };
@@ -335,9 +359,7 @@ fn attention(w: &Weights<'_>, c: &ModelConfig, l: usize, a: &AttentionSpec) -> R
         })
         .transpose()?;
     Ok(Attention {
-        attn_q: linear(w, Tensor::AttnQ, l, q_rows, h, a.bias)?,
-        attn_k: linear(w, Tensor::AttnK, l, kv_out, h, a.bias)?,
-        attn_v: linear(w, Tensor::AttnV, l, kv_out, h, a.bias)?,
+        qkv: qkv_projection(w, l, q_rows, kv_out, h, a.bias)?,
         attn_output: linear(w, Tensor::AttnOutput, l, h, q_out, a.bias)?,
         attn_q_norm: head_norm(Tensor::AttnQNorm)?,
         attn_k_norm: head_norm(Tensor::AttnKNorm)?,

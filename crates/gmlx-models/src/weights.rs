@@ -239,6 +239,11 @@ impl<'f> Weights<'f> {
         }
     }
 
+    /// Whether the file holds tensor `name`.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.file.has_tensor(name)
+    }
+
     /// Like [`Weights::matrix`], `None` when the file has no such tensor.
     pub fn optional_matrix(&self, name: &str, rows: i32, cols: i32) -> Result<Option<QuantWeight>> {
         if self.file.has_tensor(name) {

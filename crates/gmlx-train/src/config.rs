@@ -11,7 +11,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("ffn_gate", "gate_proj"),
     ("ffn_up", "up_proj"),
     ("ffn_down", "down_proj"),
-    // gated DeltaNet: the fused q-k-v input, the output gate's input, the output
+    // gated DeltaNet: the fused q-k-v input, the output gate's input, the output (`attn_qkv`
+    // is also attention's fused q-k-v in files converted with `--fuse-qkv`)
     ("attn_qkv", "in_proj_qkv"),
     ("attn_gate", "in_proj_z"),
     ("ssm_out", "out_proj"),

@@ -14,9 +14,7 @@ use crate::error::{Error, Result};
 
 #[derive(Debug, Clone)]
 pub struct Attention {
-    pub attn_q: Linear,
-    pub attn_k: Linear,
-    pub attn_v: Linear,
+    pub qkv: QkvProjection,
     pub attn_output: Linear,
     /// Per-head RMSNorm of queries and keys before rotation (Qwen3).
     pub attn_q_norm: Option<RmsNorm>,
@@ -34,6 +32,83 @@ pub struct Attention {
     pub output_gate: bool,
     /// Each query sees only the keys a QSA indexer selects.
     pub qsa: Option<Box<Qsa>>,
+}
+
+/// The query, key and value projections: three tensors, or one (`attn_qkv`, its rows the
+/// queries, then the keys, then the values), as llama.cpp's converter writes with
+/// `--fuse-qkv` and llama.cpp reads for the llama and Qwen families.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per attention layer, built once
+pub enum QkvProjection {
+    Separate {
+        attn_q: Linear,
+        attn_k: Linear,
+        attn_v: Linear,
+    },
+    Fused {
+        attn_qkv: Linear,
+        /// Rows of queries (with their output gate, when there is one).
+        q_rows: i32,
+        /// Rows of keys, and of values.
+        kv_rows: i32,
+    },
+}
+
+impl QkvProjection {
+    /// Queries `[.., q_rows]`, keys and values `[.., kv_rows]` of `x [.., hidden]`.
+    pub fn forward(&self, x: &Array) -> Result<(Array, Array, Array)> {
+        match self {
+            QkvProjection::Separate {
+                attn_q,
+                attn_k,
+                attn_v,
+            } => Ok((attn_q.forward(x)?, attn_k.forward(x)?, attn_v.forward(x)?)),
+            QkvProjection::Fused {
+                attn_qkv,
+                q_rows,
+                kv_rows,
+            } => {
+                let all = attn_qkv.forward(x)?;
+                let part = |from: i32, rows: i32| {
+                    let s = all.shape();
+                    let n = s.len();
+                    let mut start = vec![0; n];
+                    let mut stop = s.to_vec();
+                    start[n - 1] = from;
+                    stop[n - 1] = from + rows;
+                    gmlx_mlx::slicing::slice(&all, &start, &stop)
+                };
+                Ok((
+                    part(0, *q_rows)?,
+                    part(*q_rows, *kv_rows)?,
+                    part(q_rows + kv_rows, *kv_rows)?,
+                ))
+            }
+        }
+    }
+
+    /// The projections, in file order.
+    pub fn linears(&self) -> Vec<&Linear> {
+        match self {
+            QkvProjection::Separate {
+                attn_q,
+                attn_k,
+                attn_v,
+            } => vec![attn_q, attn_k, attn_v],
+            QkvProjection::Fused { attn_qkv, .. } => vec![attn_qkv],
+        }
+    }
+
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match self {
+            QkvProjection::Separate {
+                attn_q,
+                attn_k,
+                attn_v,
+            } => vec![attn_q, attn_k, attn_v],
+            QkvProjection::Fused { attn_qkv, .. } => vec![attn_qkv],
+        }
+    }
 }
 
 /// QSA (Qwen4 experimental), as llama.cpp selects: every complete block of `ratio` positions
@@ -225,11 +300,12 @@ impl Attention {
             };
             Ok(h.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let projected = |w: &Linear, n: i32, width: i32| -> Result<Array> {
-            Ok(w.forward(x)?.reshape(&[batch, tokens, n, width])?)
+        let (q_rows, k_rows, v_rows) = self.qkv.forward(x)?;
+        let split = |h: Array, n: i32, width: i32| -> Result<Array> {
+            Ok(h.reshape(&[batch, tokens, n, width])?)
         };
         let (q, gate) = if self.output_gate {
-            let both = projected(&self.attn_q, self.n_heads, 2 * d)?;
+            let both = split(q_rows, self.n_heads, 2 * d)?;
             let part = |from: i32| {
                 gmlx_mlx::slicing::slice(
                     &both,
@@ -242,14 +318,14 @@ impl Attention {
                 Some(part(d)?.reshape(&[batch, tokens, self.n_heads * d])?),
             )
         } else {
-            (projected(&self.attn_q, self.n_heads, d)?, None)
+            (split(q_rows, self.n_heads, d)?, None)
         };
         let q = heads(q, self.attn_q_norm.as_ref())?;
         let k = heads(
-            projected(&self.attn_k, self.n_kv_heads, d)?,
+            split(k_rows, self.n_kv_heads, d)?,
             self.attn_k_norm.as_ref(),
         )?;
-        let v = heads(projected(&self.attn_v, self.n_kv_heads, d)?, None)?;
+        let v = heads(split(v_rows, self.n_kv_heads, d)?, None)?;
         let out = if ctx.is_cached() {
             let mut outs = Vec::with_capacity(batch as usize);
             for b in 0..batch {
@@ -343,9 +419,10 @@ impl Attention {
 
     /// Its weights: the projections (adaptable), then the norms and sinks.
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
-        for l in [&self.attn_q, &self.attn_k, &self.attn_v, &self.attn_output] {
+        for l in self.qkv.linears() {
             v.linear(l);
         }
+        v.linear(&self.attn_output);
         for norm in [&self.attn_q_norm, &self.attn_k_norm].into_iter().flatten() {
             v.array(&norm.weight);
         }
@@ -361,9 +438,9 @@ impl Attention {
     }
 
     pub fn visit_mut<'m>(&'m mut self, v: &mut dyn LinearVisitorMut<'m>) {
-        v.linear(&mut self.attn_q);
-        v.linear(&mut self.attn_k);
-        v.linear(&mut self.attn_v);
+        for l in self.qkv.linears_mut() {
+            v.linear(l);
+        }
         v.linear(&mut self.attn_output);
         if let Some(qsa) = &mut self.qsa {
             v.linear(&mut qsa.q_proj);
