@@ -567,6 +567,63 @@ impl QuantWeight {
         })
     }
 
+    /// Rows `[0, at)` and `[at, rows)` of the matrix (of every matrix of a stack) as two
+    /// weights named `first` and `second`, each its own contiguous copy: a fused gate-up
+    /// expert stack as its gate and up stacks.
+    pub fn split_rows(
+        &self,
+        at: i32,
+        first: &str,
+        second: &str,
+    ) -> Result<(QuantWeight, QuantWeight)> {
+        if at <= 0 || at >= self.rows {
+            return Err(Error::Mlx(mlx_rs::error::Exception::custom(format!(
+                "{}: cannot split {} rows at row {at}",
+                self.name, self.rows
+            ))));
+        }
+        let part = |from: i32, to: i32, name: &str| -> Result<QuantWeight> {
+            let cut = |a: &Array| -> Result<Array> {
+                let shape = a.shape();
+                let n = shape.len();
+                let mut start = vec![0; n];
+                let mut stop = shape.to_vec();
+                start[n - 2] = from;
+                stop[n - 2] = to;
+                let c = crate::slicing::slice(a, &start, &stop)?.contiguous()?;
+                c.eval()?;
+                Ok(c)
+            };
+            let data = match &self.data {
+                Data::Packed {
+                    w,
+                    scales,
+                    biases,
+                    group_size,
+                    bits,
+                    mode,
+                } => Data::Packed {
+                    w: cut(w)?,
+                    scales: cut(scales)?,
+                    biases: biases.as_ref().map(cut).transpose()?,
+                    group_size: *group_size,
+                    bits: *bits,
+                    mode: *mode,
+                },
+                Data::Dense(a) => Data::Dense(cut(a)?),
+            };
+            Ok(QuantWeight {
+                name: name.to_owned(),
+                codec: self.codec,
+                data,
+                rows: to - from,
+                cols: self.cols,
+                experts: self.experts,
+            })
+        };
+        Ok((part(0, at, first)?, part(at, self.rows, second)?))
+    }
+
     /// A dense weight from an array `[rows, cols]` (or `[cols]`).
     pub fn dense(name: impl Into<String>, data: Array) -> QuantWeight {
         let shape = data.shape().to_vec();

@@ -727,6 +727,22 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
             .then(|| w.array(&t.bias(l), &[rows as u64, e as u64]))
             .transpose()
     };
+    // the gate (0) or up (1) biases, from their own tensor or half of the fused one
+    let gate_up_bias = |half: i32| -> Result<Option<Array>> {
+        let fused = Tensor::FfnGateUpExps.bias(l);
+        if !(m.biases && w.has_tensor(&fused)) {
+            return bias([Tensor::FfnGateExps, Tensor::FfnUpExps][half as usize], ff);
+        }
+        let both = w.array(&fused, &[2 * ff as u64, e as u64])?;
+        if both.ndim() < 2 {
+            return Ok(Some(both)); // a preflight's placeholder
+        }
+        Ok(Some(gmlx_mlx::slicing::slice(
+            &both,
+            &[0, half * ff],
+            &[e, (half + 1) * ff],
+        )?))
+    };
     Ok(MoeFfn {
         router: Router {
             ffn_gate_inp: linear(w, Tensor::FfnGateInp, l, e, h, m.biases)?,
@@ -753,11 +769,12 @@ fn moe(w: &Weights<'_>, c: &ModelConfig, l: usize, m: &MoeConfig) -> Result<MoeF
                     &Tensor::FfnUpExps.weight(l),
                     &Tensor::FfnDownExps.weight(l),
                 ],
+                &Tensor::FfnGateUpExps.weight(l),
                 e,
                 (ff, d),
             )?,
-            ffn_gate_exps_b: bias(Tensor::FfnGateExps, ff)?,
-            ffn_up_exps_b: bias(Tensor::FfnUpExps, ff)?,
+            ffn_gate_exps_b: gate_up_bias(0)?,
+            ffn_up_exps_b: gate_up_bias(1)?,
             ffn_down_exps_b: bias(Tensor::FfnDownExps, d)?,
             activation: m.activation,
         },

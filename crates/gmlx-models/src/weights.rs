@@ -51,16 +51,44 @@ impl<'f> Weights<'f> {
 
     /// The store of layer `layer`'s routed experts (`experts` of `[ffn, hidden]` gate and up
     /// matrices, `[hidden, ffn]` down ones): resident stacks, or the placement's store.
+    ///
+    /// A file that stores gate and up fused (`fused_gate_up`, `[2·ffn, hidden]` per expert:
+    /// gate rows, then up rows; llama.cpp's converter with `--fuse-gate-up-exps`) is read
+    /// resident, split into the two stacks.
     pub fn expert_store(
         &self,
         layer: usize,
         names: [&str; 3],
+        fused_gate_up: &str,
         experts: i32,
         (ffn, hidden): (i32, i32),
     ) -> Result<Rc<dyn ExpertStore>> {
         let [gate, up, down] = names;
         let e = experts as u64;
         let (f, h) = (ffn as u64, hidden as u64);
+        if self.file.has_tensor(fused_gate_up) {
+            if self.placement.is_some() {
+                return Err(Error::Experts {
+                    layer,
+                    source: format!(
+                        "{fused_gate_up}: expert streaming does not read fused gate-up experts \
+                         yet; load this file without streaming"
+                    )
+                    .into(),
+                });
+            }
+            let both = self.experts(fused_gate_up, experts, 2 * ffn, hidden)?;
+            let (ffn_gate_exps, ffn_up_exps) = if self.preflight.is_some() {
+                (Self::placeholder(gate), Self::placeholder(up))
+            } else {
+                both.split_rows(ffn, gate, up)?
+            };
+            return Ok(Rc::new(ResidentExperts {
+                ffn_gate_exps,
+                ffn_up_exps,
+                ffn_down_exps: self.experts(down, experts, hidden, ffn)?,
+            }));
+        }
         let found = (
             self.checked(gate, &[h, f, e])?,
             self.checked(up, &[h, f, e])?,

@@ -1,9 +1,11 @@
-//! Files whose attention stores its query, key and value projections as one `attn_qkv` tensor
-//! (llama.cpp's converter with `--fuse-qkv`; llama.cpp reads them for the llama and Qwen
-//! families). Each fixture rewritten that way (the same blocks, rows concatenated: queries,
-//! keys, values) gives the same logits as the file it came from, and the fused projection is
-//! one adapter target, `attn_qkv`: the llama.cpp adapter golden's q/k/v pairs, stacked into an
-//! equivalent `attn_qkv` pair, give llama.cpp's logits with the adapter on the fused file.
+//! Files with fused projections, as llama.cpp's converter writes them with `--fuse-qkv`
+//! (attention's query, key and value projections as one `attn_qkv` tensor) and
+//! `--fuse-gate-up-exps` (each routed expert's gate and up rows as one `ffn_gate_up_exps`
+//! stack), and llama.cpp reads them. Each fixture rewritten that way (the same blocks, rows
+//! concatenated) gives the same logits as the file it came from. The fused attention
+//! projection is one adapter target, `attn_qkv`: the llama.cpp adapter golden's q/k/v pairs,
+//! stacked into an equivalent `attn_qkv` pair, give llama.cpp's logits with the adapter on the
+//! fused file.
 mod common;
 
 use common::{all_logits, ids, max_diff_at_recorded_ids};
@@ -12,54 +14,74 @@ use gmlx_models::adapter::{self, Adapter, LoraPair};
 use gmlx_models::{load, LoadOptions};
 
 /// The fixture rewritten with fused `attn_qkv` tensors (weights, and biases when present) for
-/// every layer with `attn_q`; returns the path and the number of fused layers.
-fn fuse(path: &std::path::Path, tag: &str) -> (std::path::PathBuf, usize) {
+/// every layer with `attn_q`, and fused `ffn_gate_up_exps` (weights and biases) for every
+/// layer with `ffn_gate_exps`; returns the path and the number of fused weights of each kind.
+fn fuse(path: &std::path::Path, tag: &str) -> (std::path::PathBuf, usize, usize) {
     let file = GgufFile::open(path).expect("open");
     let mut w = GgufWriter::new();
     for (key, value) in file.metadata().entries() {
         w.add_kv(key, value.clone()).expect("kv");
     }
-    let mut fused = 0;
+    let (mut qkv, mut gate_up) = (0, 0);
     for info in file.tensors() {
         let name = info.name.as_str();
-        if name.contains(".attn_k.") || name.contains(".attn_v.") {
+        if [".attn_k.", ".attn_v.", ".ffn_up_exps."]
+            .iter()
+            .any(|p| name.contains(p))
+        {
             continue;
         }
-        let Some((layer, suffix)) = name.split_once(".attn_q.") else {
+        let (fused, parts, per_expert) = if let Some((layer, suffix)) = name.split_once(".attn_q.")
+        {
+            let parts = ["attn_q", "attn_k", "attn_v"].map(|p| format!("{layer}.{p}.{suffix}"));
+            qkv += usize::from(suffix == "weight");
+            (format!("{layer}.attn_qkv.{suffix}"), parts.to_vec(), false)
+        } else if let Some((layer, suffix)) = name.split_once(".ffn_gate_exps.") {
+            let parts = ["ffn_gate_exps", "ffn_up_exps"].map(|p| format!("{layer}.{p}.{suffix}"));
+            gate_up += usize::from(suffix == "weight");
+            (
+                format!("{layer}.ffn_gate_up_exps.{suffix}"),
+                parts.to_vec(),
+                true,
+            )
+        } else {
             let bytes = file.tensor_bytes(name).expect("bytes").to_vec();
             w.add_tensor(name, info.ggml_type, &info.dims, bytes)
                 .expect("tensor");
             continue;
         };
-        let parts: Vec<_> = ["attn_q", "attn_k", "attn_v"]
+        let parts: Vec<_> = parts
             .iter()
-            .map(|p| file.tensor(&format!("{layer}.{p}.{suffix}")).expect("part"))
+            .map(|p| file.tensor(p).expect("part"))
             .collect();
         assert!(
             parts.iter().all(|p| p.ggml_type == info.ggml_type),
-            "{layer}: q, k and v of one type"
+            "{fused}: parts of one type"
         );
-        let mut bytes = Vec::new();
+        // the rows axis: the last (a matrix, a bias) or the one before the experts
+        let rows_axis = info.dims.len() - 1 - usize::from(per_expert);
         let mut dims = info.dims.clone();
-        *dims.last_mut().expect("dims") = parts.iter().map(|p| *p.dims.last().expect("d")).sum();
-        for p in &parts {
-            bytes.extend_from_slice(file.tensor_data(p));
+        dims[rows_axis] = parts.iter().map(|p| p.dims[rows_axis]).sum();
+        // an expert's rows of each part, expert after expert
+        let experts = if per_expert {
+            *info.dims.last().expect("experts") as usize
+        } else {
+            1
+        };
+        let mut bytes = Vec::new();
+        for e in 0..experts {
+            for p in &parts {
+                let data = file.tensor_data(p);
+                let each = data.len() / experts;
+                bytes.extend_from_slice(&data[e * each..(e + 1) * each]);
+            }
         }
-        w.add_tensor(
-            &format!("{layer}.attn_qkv.{suffix}"),
-            info.ggml_type,
-            &dims,
-            bytes,
-        )
-        .expect("fused");
-        if suffix == "weight" {
-            fused += 1;
-        }
+        w.add_tensor(&fused, info.ggml_type, &dims, bytes)
+            .expect("fused");
     }
-    let out =
-        std::env::temp_dir().join(format!("gmlx-fused-qkv-{tag}-{}.gguf", std::process::id()));
+    let out = std::env::temp_dir().join(format!("gmlx-fused-{tag}-{}.gguf", std::process::id()));
     w.write_to_path(&out).expect("write");
-    (out, fused)
+    (out, qkv, gate_up)
 }
 
 fn max_abs(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
@@ -70,12 +92,24 @@ fn max_abs(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
 }
 
 #[test]
-fn fused_qkv_files_give_the_split_files_logits() {
-    // qwen3: per-head q/k norms; qwen35: an output-gated attention layer after two DeltaNets
-    for (arch, layers) in [("llama", 2), ("qwen3", 2), ("qwen35", 1)] {
+fn fused_files_give_the_split_files_logits() {
+    // qwen3: per-head q/k norms; qwen35: an output-gated attention layer after two DeltaNets;
+    // qwen35moe, qwen3moe: routed experts; gpt-oss: routed experts with biases
+    for (arch, qkv_layers, moe_layers) in [
+        ("llama", 2, 0),
+        ("qwen3", 2, 0),
+        ("qwen35", 1, 0),
+        ("qwen3moe", 2, 2),
+        ("qwen35moe", 1, 3),
+        ("gpt-oss", 2, 2),
+    ] {
         let (path, sequence) = common::fixture(arch, "Q8_0");
-        let (fused_path, fused) = fuse(&path, arch);
-        assert_eq!(fused, layers, "{arch}: attention layers fused");
+        let (fused_path, qkv, gate_up) = fuse(&path, arch);
+        assert_eq!(
+            (qkv, gate_up),
+            (qkv_layers, moe_layers),
+            "{arch}: layers fused"
+        );
         let split = load(&path, &LoadOptions::default()).expect("load split");
         let joined = load(&fused_path, &LoadOptions::default()).expect("load fused");
         let _ = std::fs::remove_file(&fused_path);
@@ -145,7 +179,7 @@ fn an_adapter_on_the_fused_projection_gives_llama_cpps_logits() {
     };
 
     let (path, _) = common::fixture("llama", "F16");
-    let (fused_path, _) = fuse(&path, "llama-f16");
+    let (fused_path, _, _) = fuse(&path, "llama-f16");
     let base = GgufFile::open(&fused_path).expect("open fused");
     fused_lora
         .check_base(&base)
