@@ -8,81 +8,11 @@
 //! fused file.
 mod common;
 
+use common::fuse::fuse;
 use common::{all_logits, ids, max_diff_at_recorded_ids};
-use gmlx_gguf::{GgufFile, GgufWriter};
+use gmlx_gguf::GgufFile;
 use gmlx_models::adapter::{self, Adapter, LoraPair};
 use gmlx_models::{load, LoadOptions};
-
-/// The fixture rewritten with fused `attn_qkv` tensors (weights, and biases when present) for
-/// every layer with `attn_q`, and fused `ffn_gate_up_exps` (weights and biases) for every
-/// layer with `ffn_gate_exps`; returns the path and the number of fused weights of each kind.
-fn fuse(path: &std::path::Path, tag: &str) -> (std::path::PathBuf, usize, usize) {
-    let file = GgufFile::open(path).expect("open");
-    let mut w = GgufWriter::new();
-    for (key, value) in file.metadata().entries() {
-        w.add_kv(key, value.clone()).expect("kv");
-    }
-    let (mut qkv, mut gate_up) = (0, 0);
-    for info in file.tensors() {
-        let name = info.name.as_str();
-        if [".attn_k.", ".attn_v.", ".ffn_up_exps."]
-            .iter()
-            .any(|p| name.contains(p))
-        {
-            continue;
-        }
-        let (fused, parts, per_expert) = if let Some((layer, suffix)) = name.split_once(".attn_q.")
-        {
-            let parts = ["attn_q", "attn_k", "attn_v"].map(|p| format!("{layer}.{p}.{suffix}"));
-            qkv += usize::from(suffix == "weight");
-            (format!("{layer}.attn_qkv.{suffix}"), parts.to_vec(), false)
-        } else if let Some((layer, suffix)) = name.split_once(".ffn_gate_exps.") {
-            let parts = ["ffn_gate_exps", "ffn_up_exps"].map(|p| format!("{layer}.{p}.{suffix}"));
-            gate_up += usize::from(suffix == "weight");
-            (
-                format!("{layer}.ffn_gate_up_exps.{suffix}"),
-                parts.to_vec(),
-                true,
-            )
-        } else {
-            let bytes = file.tensor_bytes(name).expect("bytes").to_vec();
-            w.add_tensor(name, info.ggml_type, &info.dims, bytes)
-                .expect("tensor");
-            continue;
-        };
-        let parts: Vec<_> = parts
-            .iter()
-            .map(|p| file.tensor(p).expect("part"))
-            .collect();
-        assert!(
-            parts.iter().all(|p| p.ggml_type == info.ggml_type),
-            "{fused}: parts of one type"
-        );
-        // the rows axis: the last (a matrix, a bias) or the one before the experts
-        let rows_axis = info.dims.len() - 1 - usize::from(per_expert);
-        let mut dims = info.dims.clone();
-        dims[rows_axis] = parts.iter().map(|p| p.dims[rows_axis]).sum();
-        // an expert's rows of each part, expert after expert
-        let experts = if per_expert {
-            *info.dims.last().expect("experts") as usize
-        } else {
-            1
-        };
-        let mut bytes = Vec::new();
-        for e in 0..experts {
-            for p in &parts {
-                let data = file.tensor_data(p);
-                let each = data.len() / experts;
-                bytes.extend_from_slice(&data[e * each..(e + 1) * each]);
-            }
-        }
-        w.add_tensor(&fused, info.ggml_type, &dims, bytes)
-            .expect("fused");
-    }
-    let out = std::env::temp_dir().join(format!("gmlx-fused-{tag}-{}.gguf", std::process::id()));
-    w.write_to_path(&out).expect("write");
-    (out, qkv, gate_up)
-}
 
 fn max_abs(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
     a.iter()
@@ -202,5 +132,45 @@ fn an_adapter_on_the_fused_projection_gives_llama_cpps_logits() {
     assert!(
         max_abs(&with, &without) > 1e-2,
         "the adapter changes the logits"
+    );
+}
+
+/// Keeps a layer's experts resident, as the default does, but as a placement: the load path
+/// a streaming placement takes.
+#[derive(Debug)]
+struct ResidentPlacement;
+
+impl gmlx_models::blocks::moe::ExpertPlacement for ResidentPlacement {
+    fn store(
+        &self,
+        file: &GgufFile,
+        t: gmlx_models::blocks::moe::ExpertTensors<'_>,
+        dtype: gmlx_mlx::Dtype,
+    ) -> gmlx_models::Result<std::rc::Rc<dyn gmlx_models::blocks::moe::ExpertStore>> {
+        let stack = |info| gmlx_mlx::QuantWeight::from_gguf(file, info, dtype);
+        Ok(std::rc::Rc::new(
+            gmlx_models::blocks::moe::ResidentExperts {
+                ffn_gate_exps: stack(t.gate)?,
+                ffn_up_exps: stack(t.up)?,
+                ffn_down_exps: stack(t.down)?,
+            },
+        ))
+    }
+}
+
+#[test]
+fn a_placement_refuses_fused_gate_up_experts_with_the_reason() {
+    let (path, _) = common::fixture("qwen35moe", "Q8_0");
+    let options = LoadOptions {
+        experts: Some(std::sync::Arc::new(ResidentPlacement)),
+        ..LoadOptions::default()
+    };
+    load(&path, &options).expect("the split file loads through a placement");
+    let (fused_path, _, _) = fuse(&path, "qwen35moe-placement");
+    let err = load(&fused_path, &options).expect_err("fused experts through a placement");
+    let _ = std::fs::remove_file(&fused_path);
+    assert!(
+        err.to_string().contains("ffn_gate_up_exps") && err.to_string().contains("streaming"),
+        "{err}"
     );
 }

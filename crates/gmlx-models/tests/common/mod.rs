@@ -1,6 +1,8 @@
 //! Helpers shared by the parity tests: golden JSON readers, a full forward pass, greedy runs.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod fuse;
+
 use gmlx_mlx::Array;
 use gmlx_models::{GenerateOptions, Generation, Loaded, Logits};
 use serde_json::Value;
