@@ -22,7 +22,8 @@ pub fn run(args: &[String]) -> Result<()> {
             &args[1..],
         ),
         other => bail!(
-            "usage: cargo xtask bench mlx [--size N --reps R] | serve [--tokens N --streams 1,2,4,8] \
+            "usage: cargo xtask bench mlx [--size N --reps R] \
+             | serve [--tokens N --streams 1,2,4,8 --threads N] \
              | gguf FILE|SHAPE [--prompt N --decode N --threads N] \
              | cpu [FILE] [--rounds N --threads N] \
              | stream [--arena-mb N --tokens N --prompt N] | invariance \
@@ -36,9 +37,11 @@ fn mlx(extra: &[String]) -> Result<()> {
     cargo_bench("gmlx-mlx", "matmul", "mlx-matmul", extra)
 }
 
-/// Aggregate decode tok/s of gmlx-serve's engine at 1, 2, 4 and 8 concurrent streams.
+/// Aggregate decode tok/s of gmlx-serve's engine at 1, 2, 4 and 8 concurrent streams, then
+/// of `gmlx-server` next to llama.cpp's `llama-server` over HTTP.
 fn serve(extra: &[String]) -> Result<()> {
-    cargo_bench("gmlx-serve", "serve", "serve", extra)
+    cargo_bench("gmlx-serve", "serve", "serve", extra)?;
+    crate::bench_serve::run(extra)
 }
 
 /// Decode tok/s, bytes read per token and the arena's hit rate of an MoE-shaped random file

@@ -93,15 +93,31 @@ pub(crate) fn model_file(target: &str, sources: &Path, python: &Path) -> Result<
 
 /// `llama-bench` of the CPU build (built when missing).
 pub(crate) fn llama_bench(sources: &Path) -> Result<PathBuf> {
+    llama_cpp_tool(sources, "llama-bench", &[])
+}
+
+/// The llama.cpp program `name` of the CPU build (its CMake target built when missing, after
+/// configuring the build again with `options` when there are any).
+pub(crate) fn llama_cpp_tool(sources: &Path, name: &str, options: &[&str]) -> Result<PathBuf> {
     let bin = fixtures::llama_cpp_build(&gmlx_cache::dir(), sources)?;
-    let exe = bin.join("llama-bench");
+    let exe = bin.join(name);
     if !exe.is_file() {
         let build = bin.parent().context("llama.cpp build")?;
+        if !options.is_empty() {
+            run_command(
+                Command::new("cmake")
+                    .arg("-S")
+                    .arg(sources)
+                    .arg("-B")
+                    .arg(build)
+                    .args(options),
+            )?;
+        }
         run_command(
             Command::new("cmake")
                 .arg("--build")
                 .arg(build)
-                .args(["--target", "llama-bench"]),
+                .args(["--target", name]),
         )?;
     }
     Ok(exe)
@@ -122,11 +138,16 @@ fn run_llama(exe: &Path, file: &Path, o: &Options) -> Result<(f64, f64)> {
 
 /// `gmlx` built in release, its path.
 pub(crate) fn release_gmlx() -> Result<PathBuf> {
-    run_command(cargo().args(["build", "--release", "-p", "gmlx-cli"]))?;
+    release_binary("gmlx-cli", "gmlx")
+}
+
+/// The binary `name` of `package`, built in release, its path.
+pub(crate) fn release_binary(package: &str, name: &str) -> Result<PathBuf> {
+    run_command(cargo().args(["build", "--release", "-p", package]))?;
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| setup::workspace_root().join("target"));
-    Ok(target_dir.join("release/gmlx"))
+    Ok(target_dir.join("release").join(name))
 }
 
 /// The JSON rows of one `llama-bench` run on `file` (`-r 1`, `threads` threads) with `tests`
