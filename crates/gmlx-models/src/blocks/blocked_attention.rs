@@ -253,29 +253,30 @@ mod tests {
         .expect("normal")
     }
 
-    /// Loss `sum(attention · w)` and its gradients with respect to q, k and v.
+    /// Loss `sum(attention · w)` and its gradients with respect to q, k, v (and the sinks,
+    /// when there are any: `inputs[3]`).
     fn loss_and_grads(
         blocked_by: Option<i32>,
         mask: &KeyMask,
-        sinks: Option<&Array>,
         w: &Array,
-        qkv: &[Array],
+        inputs: &[Array],
     ) -> (f32, Vec<Array>) {
         let mask = mask.clone();
-        let sinks = sinks.cloned();
         let w = w.clone();
+        let argnums: Vec<i32> = (0..inputs.len() as i32).collect();
         let mut f = value_and_grad_with_argnums(
             move |xs: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
+                let sinks = xs.get(3);
                 let out = match blocked_by {
-                    Some(b) => blocked(&xs[0], &xs[1], &xs[2], 0.125, &mask, sinks.as_ref(), b),
-                    None => whole(&xs[0], &xs[1], &xs[2], 0.125, &mask, sinks.as_ref()),
+                    Some(b) => blocked(&xs[0], &xs[1], &xs[2], 0.125, &mask, sinks, b),
+                    None => whole(&xs[0], &xs[1], &xs[2], 0.125, &mask, sinks),
                 }
                 .map_err(|e| Exception::custom(e.to_string()))?;
                 Ok(vec![out.multiply(&w)?.sum(None)?])
             },
-            &[0, 1, 2][..],
+            &argnums[..],
         );
-        let (loss, grads) = f(qkv).expect("value and grad");
+        let (loss, grads) = f(inputs).expect("value and grad");
         (loss[0].item_exact::<f32>(), grads)
     }
 
@@ -288,19 +289,21 @@ mod tests {
 
     fn check(mask: KeyMask, sinks: Option<Array>, queries: i32, keys: i32, block: i32) {
         let (heads, kv_heads, dim) = (4, 2, 16);
-        let qkv = [
+        let mut inputs = vec![
             normal(&[1, heads, queries, dim], 1),
             normal(&[1, kv_heads, keys, dim], 2),
             normal(&[1, kv_heads, keys, dim], 3),
         ];
+        inputs.extend(sinks);
         let w = normal(&[1, heads, queries, dim], 4);
-        let (l1, g1) = loss_and_grads(None, &mask, sinks.as_ref(), &w, &qkv);
-        let (l2, g2) = loss_and_grads(Some(block), &mask, sinks.as_ref(), &w, &qkv);
+        let (l1, g1) = loss_and_grads(None, &mask, &w, &inputs);
+        let (l2, g2) = loss_and_grads(Some(block), &mask, &w, &inputs);
         assert!(
             (l1 - l2).abs() <= 1e-5 * l1.abs().max(1.0),
             "loss {l1} vs {l2}"
         );
-        for (name, (a, b)) in ["q", "k", "v"].iter().zip(g2.iter().zip(&g1)) {
+        assert_eq!(g1.len(), inputs.len());
+        for (name, (a, b)) in ["q", "k", "v", "sinks"].iter().zip(g2.iter().zip(&g1)) {
             let rel = max_rel(a, b);
             assert!(rel < 1e-5, "d{name}: relative difference {rel}");
         }
