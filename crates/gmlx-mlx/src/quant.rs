@@ -37,6 +37,30 @@ enum Data {
     Dense(Array),
 }
 
+impl Data {
+    /// The same codes, scales and biases (or dense matrix), each mapped by `f`.
+    fn map(&self, f: impl Fn(&Array) -> Result<Array>) -> Result<Data> {
+        Ok(match self {
+            Data::Packed {
+                w,
+                scales,
+                biases,
+                group_size,
+                bits,
+                mode,
+            } => Data::Packed {
+                w: f(w)?,
+                scales: f(scales)?,
+                biases: biases.as_ref().map(&f).transpose()?,
+                group_size: *group_size,
+                bits: *bits,
+                mode: *mode,
+            },
+            Data::Dense(a) => Data::Dense(f(a)?),
+        })
+    }
+}
+
 /// Rows of activations from which a CPU product dequantizes the weight and uses BLAS.
 pub const CPU_DENSE_MIN_ROWS: usize = 4;
 
@@ -541,24 +565,7 @@ impl QuantWeight {
             let last = a.shape()[a.ndim() - 1];
             Ok(a.reshape(&[groups, rows, last])?)
         };
-        let data = match &self.data {
-            Data::Packed {
-                w,
-                scales,
-                biases,
-                group_size,
-                bits,
-                mode,
-            } => Data::Packed {
-                w: split(w)?,
-                scales: split(scales)?,
-                biases: biases.as_ref().map(split).transpose()?,
-                group_size: *group_size,
-                bits: *bits,
-                mode: *mode,
-            },
-            Data::Dense(a) => Data::Dense(split(a)?),
-        };
+        let data = self.data.map(split)?;
         Ok(QuantWeight {
             data,
             rows,
@@ -583,35 +590,12 @@ impl QuantWeight {
             ))));
         }
         let part = |from: i32, to: i32, name: &str| -> Result<QuantWeight> {
-            let cut = |a: &Array| -> Result<Array> {
-                let shape = a.shape();
-                let n = shape.len();
-                let mut start = vec![0; n];
-                let mut stop = shape.to_vec();
-                start[n - 2] = from;
-                stop[n - 2] = to;
-                let c = crate::slicing::slice(a, &start, &stop)?.contiguous()?;
+            // the rows axis is the one before the columns (or packed columns, or groups)
+            let data = self.data.map(|a| {
+                let c = crate::slicing::slice_axis(a, -2, from, to)?.contiguous()?;
                 c.eval()?;
                 Ok(c)
-            };
-            let data = match &self.data {
-                Data::Packed {
-                    w,
-                    scales,
-                    biases,
-                    group_size,
-                    bits,
-                    mode,
-                } => Data::Packed {
-                    w: cut(w)?,
-                    scales: cut(scales)?,
-                    biases: biases.as_ref().map(cut).transpose()?,
-                    group_size: *group_size,
-                    bits: *bits,
-                    mode: *mode,
-                },
-                Data::Dense(a) => Data::Dense(cut(a)?),
-            };
+            })?;
             Ok(QuantWeight {
                 name: name.to_owned(),
                 codec: self.codec,

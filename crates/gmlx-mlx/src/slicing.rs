@@ -25,6 +25,19 @@ pub fn slice(a: &Array, start: &[i32], stop: &[i32]) -> Result<Array> {
     })
 }
 
+/// `a` narrowed to `from..to` along `axis` (negative: counted from the last), every other
+/// axis whole.
+pub fn slice_axis(a: &Array, axis: i32, from: i32, to: i32) -> Result<Array> {
+    let shape = a.shape();
+    let n = shape.len() as i32;
+    let axis = if axis < 0 { n + axis } else { axis } as usize;
+    let mut start = vec![0; shape.len()];
+    let mut stop = shape.to_vec();
+    start[axis] = from;
+    stop[axis] = to;
+    slice(a, &start, &stop)
+}
+
 /// `src` with `src[start..stop] = update` (a new array; MLX reuses the buffer when it can).
 pub fn slice_update(src: &Array, update: &Array, start: &[i32], stop: &[i32]) -> Result<Array> {
     bounded("mlx_slice_update", start, stop, |res, strides, stream| {

@@ -70,13 +70,7 @@ impl QkvProjection {
             } => {
                 let all = attn_qkv.forward(x)?;
                 let part = |from: i32, rows: i32| {
-                    let s = all.shape();
-                    let n = s.len();
-                    let mut start = vec![0; n];
-                    let mut stop = s.to_vec();
-                    start[n - 1] = from;
-                    stop[n - 1] = from + rows;
-                    gmlx_mlx::slicing::slice(&all, &start, &stop)
+                    gmlx_mlx::slicing::slice_axis(&all, -1, from, from + rows)
                 };
                 Ok((
                     part(0, *q_rows)?,

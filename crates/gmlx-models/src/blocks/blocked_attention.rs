@@ -226,16 +226,11 @@ fn exception(e: crate::error::Error) -> Exception {
 
 /// `a[..., start..end, :keys]` (all of the last axis without `keys`).
 fn last_two(a: &Array, start: i32, end: i32, keys: Option<i32>) -> Result<Array> {
-    let shape = a.shape();
-    let n = shape.len();
-    let mut from = vec![0; n];
-    let mut to = shape.to_vec();
-    from[n - 2] = start;
-    to[n - 2] = end;
-    if let Some(keys) = keys {
-        to[n - 1] = keys;
-    }
-    Ok(gmlx_mlx::slicing::slice(a, &from, &to)?)
+    let rows = gmlx_mlx::slicing::slice_axis(a, -2, start, end)?;
+    Ok(match keys {
+        Some(keys) => gmlx_mlx::slicing::slice_axis(&rows, -1, 0, keys)?,
+        None => rows,
+    })
 }
 
 #[cfg(test)]
