@@ -34,6 +34,12 @@ SHAPES["qwen3moe-stream"] = dict(
     experts=64, experts_used=8, expert_ffn=512, context=4096,
 )
 
+# Llama-3-8B (meta-llama/Meta-Llama-3-8B config.json), for the GPU benchmark's codecs.
+SHAPES["llama3-8b"] = dict(
+    arch="llama", hidden=4096, blocks=32, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+    context=16384,
+)
+
 SCALE = 0.0004  # block scale (f16): keeps random activations finite through 32 blocks
 
 
@@ -48,14 +54,16 @@ class Writer:
         if cols % block:
             raise SystemExit(f"{name}: {cols} columns are not a multiple of {block}")
         raw = self.rng.integers(0, 256, size=(rows * (cols // block), size), dtype=np.uint8)
-        scale = np.frombuffer(np.float16(SCALE).tobytes(), dtype=np.uint8)
-        if qtype == Q.Q4_K:  # d, dmin, then 12 scale bytes and the quants
-            raw[:, 0:2] = scale
-            raw[:, 2:4] = scale
-        elif qtype == Q.Q6_K:  # quants and scales, then d last
-            raw[:, size - 2:size] = scale
-        else:
+        # the block scale d (f16) where each type keeps it, smaller where the codes are wider
+        at, d = {
+            Q.Q4_0: (0, SCALE), Q.Q4_K: (0, SCALE), Q.Q8_0: (0, SCALE / 16),
+            Q.Q6_K: (size - 2, SCALE), Q.IQ4_XS: (0, SCALE / 128),
+        }.get(qtype, (None, None))
+        if at is None:
             raise SystemExit(f"unsupported type {qtype.name}")
+        raw[:, at:at + 2] = np.frombuffer(np.float16(d).tobytes(), dtype=np.uint8)
+        if qtype == Q.Q4_K:  # d, then dmin
+            raw[:, 2:4] = raw[:, 0:2]
         self.w.add_tensor(name, raw.reshape(rows, -1), raw_shape=(rows, cols // block * size),
                           raw_dtype=qtype)
 
@@ -215,15 +223,53 @@ def qwen3moe(out: str, vocab_from: str, s: dict) -> None:
     g.close()
 
 
+def llama(out: str, vocab_from: str, s: dict, qtype) -> None:
+    g = Writer(out, s["arch"])
+    w = g.w
+    H, L = s["hidden"], s["blocks"]
+    head_dim = H // s["heads"]
+    w.add_block_count(L)
+    w.add_context_length(s["context"])
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(s["ffn"])
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv_heads"])
+    w.add_rope_freq_base(500_000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(head_dim)
+    w.add_vocab_size(s["vocab"])
+    copy_tokenizer(w, vocab_from, s["vocab"])
+    g.quantized("token_embd.weight", s["vocab"], H, qtype)
+    g.vector("output_norm.weight", np.ones(H))
+    g.quantized("output.weight", s["vocab"], H, Q.Q6_K)
+    kv_width = s["kv_heads"] * head_dim
+    for i in range(L):
+        b = f"blk.{i}"
+        g.vector(f"{b}.attn_norm.weight", np.ones(H))
+        g.quantized(f"{b}.attn_q.weight", H, H, qtype)
+        g.quantized(f"{b}.attn_k.weight", kv_width, H, qtype)
+        g.quantized(f"{b}.attn_v.weight", kv_width, H, qtype)
+        g.quantized(f"{b}.attn_output.weight", H, H, qtype)
+        g.vector(f"{b}.ffn_norm.weight", np.ones(H))
+        g.quantized(f"{b}.ffn_gate.weight", s["ffn"], H, qtype)
+        g.quantized(f"{b}.ffn_up.weight", s["ffn"], H, qtype)
+        g.quantized(f"{b}.ffn_down.weight", H, s["ffn"], qtype)
+    g.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("out")
     ap.add_argument("--vocab-from", required=True, help="a GGUF whose tokenizer keys are copied")
+    ap.add_argument("--type", default="Q4_K", help="the matrices' type (llama3-8b only)")
     args = ap.parse_args()
     shape = SHAPES[args.shape]
-    build = {"qwen35": qwen35, "qwen3moe": qwen3moe}[shape["arch"]]
-    build(args.out, args.vocab_from, shape)
+    if shape["arch"] == "llama":
+        llama(args.out, args.vocab_from, shape, Q[args.type])
+    else:
+        build = {"qwen35": qwen35, "qwen3moe": qwen3moe}[shape["arch"]]
+        build(args.out, args.vocab_from, shape)
     print(f"wrote {args.out} ({args.shape})", file=sys.stderr)
 
 

@@ -13,6 +13,7 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("serve") => serve(&args[1..]),
         Some("gguf") => crate::bench_gguf::run(&args[1..]),
         Some("cpu") => crate::bench_cpu::run(&args[1..]),
+        Some("gpu") => crate::bench_gpu::run(&args[1..]),
         Some("stream") => stream(&args[1..]),
         Some("invariance") => cargo_bench("gmlx-models", "invariance", "invariance", &args[1..]),
         Some("train-attention") => cargo_bench(
@@ -26,6 +27,7 @@ pub fn run(args: &[String]) -> Result<()> {
              | serve [--tokens N --streams 1,2,4,8 --threads N] \
              | gguf FILE|SHAPE [--prompt N --decode N --threads N] \
              | cpu [FILE] [--rounds N --threads N] \
+             | gpu [--types T,.. --depth N --gmlx BIN --llama-cpp DIR --python PY] \
              | stream [--arena-mb N --tokens N --prompt N] | invariance \
              | train-attention [--tokens N --heads N --kv-heads N --dim N --device D] (got {other:?})"
         ),
@@ -91,10 +93,11 @@ pub(crate) fn save(name: &str, json: &str) -> Result<()> {
         .output()?;
     let date = String::from_utf8_lossy(&date.stdout).trim().to_owned();
     let host = fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dir = root
-        .join("bench/runs")
-        .join(format!("{date}-{}", host.trim()));
+    // GMLX_BENCH_RUNS: another folder for the runs (an xtask binary run away from its checkout)
+    let runs = std::env::var_os("GMLX_BENCH_RUNS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/runs"));
+    let dir = runs.join(format!("{date}-{}", host.trim()));
     fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{name}.json"));
     fs::write(&path, format!("{json}\n"))?;

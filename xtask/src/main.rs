@@ -10,6 +10,7 @@
 mod bench;
 mod bench_cpu;
 mod bench_gguf;
+mod bench_gpu;
 mod bench_serve;
 mod certify;
 mod fixtures;

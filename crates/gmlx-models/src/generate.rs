@@ -9,8 +9,9 @@ use crate::blocks::decoder::Logits;
 use crate::cache::SequenceCache;
 use crate::error::{Error, Result};
 use crate::model::Model;
+use crate::sample::device::draw_row;
 pub use crate::sequence::FinishReason;
-use crate::sequence::{Sequence, SequenceOptions, TokenLogprob};
+use crate::sequence::{Sequence, SequenceOptions, Step, TokenLogprob};
 
 /// What to generate and when to stop: the options of the decode step, and the prefill
 /// chunk.
@@ -53,6 +54,17 @@ pub fn prefill(
     prompt: &[TokenId],
     chunk: usize,
 ) -> Result<Vec<f32>> {
+    let last = prefill_on_device(model, cache, prompt, chunk)?;
+    host_logits(&last)?.pop().ok_or(Error::EmptyPrompt)
+}
+
+/// [`prefill`], the last position's logits left on the device (`[1, 1, vocab]`, evaluated).
+pub fn prefill_on_device(
+    model: &Model,
+    cache: &mut SequenceCache,
+    prompt: &[TokenId],
+    chunk: usize,
+) -> Result<Array> {
     let _span = tracing::debug_span!("prefill", tokens = prompt.len()).entered();
     let mut last = None;
     for part in prompt.chunks(chunk.max(1)) {
@@ -62,17 +74,68 @@ pub fn prefill(
         logits.eval()?;
         last = Some(logits);
     }
-    let last = last.ok_or(Error::EmptyPrompt)?;
     tracing::debug!(position = cache.position(), "prefilled");
-    host_logits(&last)?.pop().ok_or(Error::EmptyPrompt)
+    last.ok_or(Error::EmptyPrompt)
+}
+
+/// Whether decode steps sample on the device (the default): `GMLX_DEVICE_SAMPLING=0` copies
+/// every row of logits to the host and samples there, as before.
+pub fn device_sampling() -> bool {
+    std::env::var("GMLX_DEVICE_SAMPLING").map_or(true, |v| v != "0")
+}
+
+/// One step of several sequences: each picks its next token from its row of logits (on the
+/// device, one evaluation for all of them, where [`Sequence::device_draw`] allows and device
+/// sampling is on; from a host copy of its row otherwise) and advances by it.
+pub fn step_rows(sequences: &mut [&mut Sequence<'_>], logits: &[Array]) -> Result<Vec<Step>> {
+    let on_device = device_sampling();
+    let mut drawn = Vec::with_capacity(sequences.len());
+    for (sequence, row) in sequences.iter_mut().zip(logits) {
+        let draw = if on_device {
+            sequence.device_draw()
+        } else {
+            None
+        };
+        drawn.push(match draw {
+            Some(draw) => Some(draw_row(&row.reshape(&[-1])?, &draw)?),
+            None => None,
+        });
+    }
+    gmlx_mlx::mlx_rs::transforms::eval(drawn.iter().flatten())?;
+    sequences
+        .iter_mut()
+        .zip(logits)
+        .zip(drawn)
+        .map(|((sequence, row), token)| match token {
+            Some(token) => sequence.accept(token.as_slice::<u32>()[0]),
+            None => {
+                let mut row = host_logits(row)?.pop().ok_or(Error::EmptyPrompt)?;
+                sequence.step(&mut row)
+            }
+        })
+        .collect()
+}
+
+/// What the next step starts from.
+enum Next {
+    /// Logits on the host (log-probabilities or a schema need them, or device sampling is off).
+    Host(Vec<f32>),
+    /// Logits on the device, not sampled yet.
+    Device(Array),
+    /// The next token, drawn on the device and already submitted for evaluation.
+    Token(Array),
 }
 
 /// A running generation: an iterator of pieces.
+///
+/// With device sampling, a step submits the following step (forward pass and draw) before it
+/// reads its own token back, so the device works while the host streams text; a step that
+/// ends the sequence leaves one token of work unused.
 pub struct Generation<'a> {
     model: &'a Model,
     cache: SequenceCache,
     sequence: Sequence<'a>,
-    logits: Option<Vec<f32>>,
+    next: Option<Next>,
     stats: GenerationStats,
 }
 
@@ -95,12 +158,17 @@ impl<'a> Generation<'a> {
         )?;
         let mut cache = model.new_cache();
         let start = Instant::now();
-        let logits = prefill(model, &mut cache, prompt, chunk)?;
+        let logits = prefill_on_device(model, &mut cache, prompt, chunk)?;
+        let next = if device_sampling() {
+            Next::Device(logits)
+        } else {
+            Next::Host(host_logits(&logits)?.pop().ok_or(Error::EmptyPrompt)?)
+        };
         Ok(Generation {
             model,
             cache,
             sequence,
-            logits: Some(logits),
+            next: Some(next),
             stats: GenerationStats {
                 prompt_tokens: prompt.len(),
                 prefill: start.elapsed(),
@@ -119,17 +187,39 @@ impl<'a> Generation<'a> {
     }
 
     fn step(&mut self) -> Result<Option<Piece>> {
-        let Some(mut logits) = self.logits.take() else {
+        let Some(next) = self.next.take() else {
             return Ok(None);
         };
         let start = Instant::now();
         let _span = tracing::trace_span!("decode_step", at = self.cache.position()).entered();
-        let step = self.sequence.step(&mut logits)?;
+        let (step, following) = match next {
+            Next::Host(mut logits) => (self.sequence.step(&mut logits)?, None),
+            Next::Device(logits) => match self.sequence.device_draw() {
+                Some(draw) => {
+                    let token = draw_row(&logits.reshape(&[-1])?, &draw)?;
+                    self.read_ahead(token)?
+                }
+                None => {
+                    let mut logits = host_logits(&logits)?.pop().ok_or(Error::EmptyPrompt)?;
+                    (self.sequence.step(&mut logits)?, None)
+                }
+            },
+            Next::Token(token) => self.read_ahead(token)?,
+        };
         self.stats.generated_tokens = self.sequence.generated();
         if step.finish.is_none() {
-            let input = Array::from_slice(&[step.token], &[1, 1]);
-            let next = self.model.forward(&input, &mut self.cache, Logits::Last)?;
-            self.logits = host_logits(&next)?.pop();
+            self.next = Some(match following {
+                Some(next) => next,
+                None => {
+                    let input = Array::from_slice(&[step.token], &[1, 1]);
+                    let logits = self.model.forward(&input, &mut self.cache, Logits::Last)?;
+                    if device_sampling() {
+                        Next::Device(logits)
+                    } else {
+                        Next::Host(host_logits(&logits)?.pop().ok_or(Error::EmptyPrompt)?)
+                    }
+                }
+            });
         }
         self.stats.decode += start.elapsed();
         Ok(Some(Piece {
@@ -137,6 +227,29 @@ impl<'a> Generation<'a> {
             text: step.text,
             logprob: step.logprob,
         }))
+    }
+
+    /// Submits the step after `token` (when its draw needs nothing `token` decides), then
+    /// reads `token` and advances the sequence by it.
+    fn read_ahead(&mut self, token: Array) -> Result<(Step, Option<Next>)> {
+        let following = if self.sequence.remaining() > 1 && !self.sequence.draw_needs_history() {
+            let logits =
+                self.model
+                    .forward(&token.reshape(&[1, 1])?, &mut self.cache, Logits::Last)?;
+            match self.sequence.device_draw() {
+                Some(draw) => {
+                    let next = draw_row(&logits.reshape(&[-1])?, &draw)?;
+                    gmlx_mlx::mlx_rs::transforms::async_eval([&next])?;
+                    Some(Next::Token(next))
+                }
+                None => Some(Next::Device(logits)),
+            }
+        } else {
+            None
+        };
+        token.eval()?;
+        let id = token.as_slice::<u32>()[0];
+        Ok((self.sequence.accept(id)?, following))
     }
 }
 
@@ -148,7 +261,7 @@ impl Iterator for Generation<'_> {
             Ok(Some(p)) => Some(Ok(p)),
             Ok(None) => None,
             Err(e) => {
-                self.logits = None;
+                self.next = None;
                 Some(Err(e))
             }
         }

@@ -5,7 +5,7 @@ use gmlx_tokenizer::{StreamDecoder, TokenId, Tokenizer};
 
 use crate::constrain::{Constraint, Matcher};
 use crate::error::{Error, Result};
-use crate::sample::{Sampler, SamplingParams};
+use crate::sample::{Draw, Sampler, SamplingParams};
 use crate::stop::StopFilter;
 
 /// What to generate and when to stop (`GenerateOptions` is the same type).
@@ -183,6 +183,34 @@ impl<'t> Sequence<'t> {
                 }
             }
         };
+        let logprob = logprob_of.map(|(n, raw)| logprobs(self.tokenizer, &raw, token, n));
+        self.advance(token, logprob)
+    }
+
+    /// The next draw in the device's form ([`crate::sample::device`]), when this step needs no
+    /// host logits (no log-probabilities, no schema); then [`Sequence::accept`] takes the
+    /// token it gave.
+    pub fn device_draw(&mut self) -> Option<Draw> {
+        (self.logprobs.is_none() && self.matcher.is_none()).then(|| self.sampler.plan())
+    }
+
+    /// Whether the next draw depends on the tokens seen so far (penalties): then it cannot be
+    /// planned before the last token is known.
+    pub fn draw_needs_history(&self) -> bool {
+        self.sampler.penalised()
+    }
+
+    /// Tokens this sequence may still generate at most.
+    pub fn remaining(&self) -> usize {
+        self.budget.saturating_sub(self.generated)
+    }
+
+    /// Advances the sequence by the token a [`Sequence::device_draw`] picked.
+    pub fn accept(&mut self, token: TokenId) -> Result<Step> {
+        self.advance(token, None)
+    }
+
+    fn advance(&mut self, token: TokenId, logprob: Option<TokenLogprob>) -> Result<Step> {
         self.sampler.observe(&[token]);
         if let Some(m) = &mut self.matcher {
             if !m.advance(self.tokenizer, token) {
@@ -191,7 +219,6 @@ impl<'t> Sequence<'t> {
                 });
             }
         }
-        let logprob = logprob_of.map(|(n, raw)| logprobs(self.tokenizer, &raw, token, n));
         if !self.ignore_eos && self.tokenizer.is_eog(token) {
             self.finish = Some(FinishReason::Eos);
             return Ok(Step {

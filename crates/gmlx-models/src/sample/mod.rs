@@ -1,8 +1,10 @@
 //! Turning logits into the next token: penalties, logit bias, then greedy or a seeded draw
 //! after top-k, top-p, min-p and temperature (llama.cpp's order).
+pub mod device;
 mod params;
 mod rng;
 
+pub use device::{Adjust, Draw};
 pub use params::SamplingParams;
 pub use rng::Rng;
 
@@ -94,6 +96,71 @@ impl Sampler {
         candidates[candidates.len() - 1].0
     }
 
+    /// Whether a draw depends on the tokens seen so far.
+    pub fn penalised(&self) -> bool {
+        let p = &self.params;
+        p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
+    }
+
+    /// The next draw for [`device::draw_row`], which picks what [`Sampler::sample`] would (to
+    /// rounding); takes the random number that `sample` would.
+    pub fn plan(&mut self) -> Draw {
+        let p = &self.params;
+        let mut adjust = Adjust {
+            repetition_penalty: p.repetition_penalty,
+            ..Adjust::default()
+        };
+        let mut at = HashMap::new();
+        for (&id, &bias) in &p.logit_bias {
+            at.insert(id, adjust.ids.len());
+            adjust.ids.push(id);
+            adjust.bias.push(bias);
+            adjust.seen.push(false);
+            adjust.subtract.push(0.0);
+        }
+        for (id, count) in self.penalty_counts() {
+            let i = *at.entry(id).or_insert_with(|| {
+                adjust.ids.push(id);
+                adjust.bias.push(0.0);
+                adjust.seen.push(false);
+                adjust.subtract.push(0.0);
+                adjust.ids.len() - 1
+            });
+            adjust.seen[i] = true;
+            adjust.subtract[i] = count as f32 * p.frequency_penalty + p.presence_penalty;
+        }
+        let p = &self.params;
+        let temperature = p.temperature;
+        Draw {
+            temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            adjust: (!adjust.ids.is_empty()).then_some(adjust),
+            uniform: if temperature > 0.0 {
+                self.rng.next_f64()
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// How often each token occurs in the penalties' window (none when they are off).
+    fn penalty_counts(&self) -> HashMap<TokenId, u32> {
+        let mut counts: HashMap<TokenId, u32> = HashMap::new();
+        if !self.penalised() {
+            return counts;
+        }
+        let window = match self.params.penalty_last_n {
+            0 => &self.history[..],
+            n => &self.history[self.history.len().saturating_sub(n)..],
+        };
+        for &t in window {
+            *counts.entry(t).or_default() += 1;
+        }
+        counts
+    }
+
     fn apply_bias_and_penalties(&self, logits: &mut [f32]) {
         let p = &self.params;
         for (&id, &bias) in &p.logit_bias {
@@ -101,20 +168,7 @@ impl Sampler {
                 *l += bias;
             }
         }
-        let penalised =
-            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
-        if !penalised {
-            return;
-        }
-        let window = match p.penalty_last_n {
-            0 => &self.history[..],
-            n => &self.history[self.history.len().saturating_sub(n)..],
-        };
-        let mut counts: HashMap<TokenId, u32> = HashMap::new();
-        for &t in window {
-            *counts.entry(t).or_default() += 1;
-        }
-        for (&id, &count) in &counts {
+        for (&id, &count) in &self.penalty_counts() {
             let Some(l) = logits.get_mut(id as usize) else {
                 continue;
             };

@@ -7,7 +7,8 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use gmlx_models::generate::host_logits;
+use gmlx_mlx::Array;
+use gmlx_models::generate::{prefill_on_device, step_rows};
 use gmlx_models::{Loaded, Sequence, SequenceCache, SequenceOptions, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -27,8 +28,8 @@ struct Row<'t> {
     sequence: Sequence<'t>,
     /// Prompt tokens already run through the model; the row decodes once all are.
     prefilled: usize,
-    /// Logits for the next token (once prefilled).
-    logits: Vec<f32>,
+    /// Logits for the next token, on the device (once prefilled).
+    logits: Option<Array>,
     /// Which of the request's choices this row generates.
     index: u32,
     /// Choices still to fork from this row once its prompt is prefilled.
@@ -174,10 +175,10 @@ fn prefill_chunk(model: &gmlx_models::Model, row: &mut Row<'_>) -> Result<()> {
     let chunk = &prompt[row.prefilled..end];
     let _prefill =
         tracing::debug_span!("prefill", from = row.prefilled, tokens = chunk.len()).entered();
-    let logits = gmlx_models::generate::prefill(model, &mut row.cache, chunk, chunk.len())?;
+    let logits = prefill_on_device(model, &mut row.cache, chunk, chunk.len())?;
     row.prefilled = end;
     if row.is_prefilled() {
-        row.logits = logits;
+        row.logits = Some(logits);
     }
     Ok(())
 }
@@ -216,7 +217,7 @@ fn admit<'t>(
         cache: loaded.model.new_cache(),
         sequence,
         prefilled: 0,
-        logits: Vec::new(),
+        logits: None,
         index: 0,
         forks_due: request.n.saturating_sub(1),
         request,
@@ -251,12 +252,18 @@ fn fork<'t>(loaded: &'t Loaded, row: &mut Row<'t>) -> Result<Vec<Row<'t>>> {
 fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()> {
     let mut next: Vec<TokenId> = Vec::with_capacity(rows.len());
     let mut keep = Vec::with_capacity(rows.len());
-    for row in rows.iter_mut() {
-        if !row.is_prefilled() {
+    // the rows with logits are the prefilled ones; they take a step
+    let stepping: Vec<bool> = rows.iter().map(|row| row.logits.is_some()).collect();
+    let (mut sequences, logits): (Vec<_>, Vec<_>) = rows
+        .iter_mut()
+        .filter_map(|row| Some((&mut row.sequence, row.logits.take()?)))
+        .unzip();
+    let mut steps = step_rows(&mut sequences, &logits)?.into_iter();
+    for (row, stepping) in rows.iter_mut().zip(stepping) {
+        let Some(step) = stepping.then(|| steps.next()).flatten() else {
             keep.push(true);
             continue;
-        }
-        let step = row.sequence.step(&mut row.logits)?;
+        };
         let (token, finish) = (step.token, step.finish);
         shared.generated_tokens.fetch_add(1, Ordering::Relaxed);
         let sent = row.sink.send(Event::Token(TokenOut {
@@ -303,8 +310,9 @@ fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()>
     let _step = tracing::debug_span!("decode_step", rows = decoding.len()).entered();
     let mut caches: Vec<&mut SequenceCache> = decoding.iter_mut().map(|r| &mut r.cache).collect();
     let logits = loaded.model.forward_rows(&next, &mut caches)?;
-    for (row, l) in decoding.iter_mut().zip(host_logits(&logits)?) {
-        row.logits = l;
+    for (i, row) in decoding.iter_mut().enumerate() {
+        let own = gmlx_mlx::slicing::slice_axis(&logits, 0, i as i32, i as i32 + 1);
+        row.logits = Some(own.map_err(gmlx_models::Error::from)?);
     }
     Ok(())
 }
