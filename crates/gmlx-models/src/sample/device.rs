@@ -93,7 +93,7 @@ pub fn draw_row(logits: &Array, draw: &Draw) -> Result<Array> {
     let kept = keep.as_type::<u32>()?.sum(None)?;
     let last = ops::maximum(
         kept.subtract(Array::from_slice(&[1u32], &[]))?,
-        &Array::from_slice(&[0u32], &[]),
+        Array::from_slice(&[0u32], &[]),
     )?;
     let index = ops::minimum(&index, &last)?.reshape(&[1])?;
     Ok(ids.take_along_axis(&index, 0)?.as_type::<u32>()?)
@@ -148,8 +148,8 @@ mod tests {
             let row = logits(&mut rows, vocab);
             let expected = host.sample(&mut row.clone());
             let draw = device.plan();
-            let token = draw_row(&Array::from_slice(&row, &[vocab as i32]), &draw).unwrap();
-            token.eval().unwrap();
+            let token = draw_row(&Array::from_slice(&row, &[vocab as i32]), &draw).expect("draw");
+            token.eval().expect("eval");
             let got = token.as_slice::<u32>()[0];
             assert_eq!(got, expected, "step {step}, {params:?}");
             host.observe(&[expected]);
@@ -212,8 +212,8 @@ mod tests {
         let b = logits(&mut rng, vocab);
         let both = Array::from_slice(&[a.clone(), b.clone()].concat(), &[2, vocab as i32]);
         let greedy = Sampler::new(SamplingParams::default()).plan();
-        let tokens = draw_rows(&both, &[greedy.clone(), greedy]).unwrap();
-        tokens.eval().unwrap();
+        let tokens = draw_rows(&both, &[greedy.clone(), greedy]).expect("draw");
+        tokens.eval().expect("eval");
         let argmax = |row: &[f32]| super::super::argmax(row);
         assert_eq!(tokens.as_slice::<u32>(), &[argmax(&a), argmax(&b)]);
     }
