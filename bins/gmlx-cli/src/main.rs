@@ -90,6 +90,10 @@ fn main() -> ExitCode {
         _ => gmlx_serve::logging::LogFormat::Text,
     };
     gmlx_serve::logging::init("gmlx", format);
+    if !matches!(cli.command, Command::Serve(_)) {
+        // this thread runs the model (a server's engine threads adopt the pool themselves)
+        gmlx_mlx::threads::adopt_current_thread();
+    }
     let outcome = match cli.command {
         Command::Env { json } => env(json),
         Command::Inspect {

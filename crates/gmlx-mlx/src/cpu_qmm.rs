@@ -122,6 +122,9 @@ pub fn matmul_rows(xs: &[f32], rows: usize, p: Packed<'_>) -> Result<Vec<f32>> {
         )));
     }
     let by_feature = weight.multiply(xs, rows);
+    if rows == 1 {
+        return Ok(by_feature);
+    }
     let mut out = vec![0f32; rows * weight.features];
     for (n, values) in by_feature.chunks_exact(rows.max(1)).enumerate() {
         for (r, v) in values.iter().enumerate() {
@@ -164,15 +167,18 @@ impl Affine<'_> {
         };
         let task = |(task, chunk): (usize, &mut [f32])| {
             let first = task * FEATURES_PER_TASK;
-            let mut lanes = vec![[0f32; LANES]; rows];
-            let mut codes = Vec::new();
-            for (i, out_row) in chunk.chunks_exact_mut(rows).enumerate() {
-                if avx2 {
+            if avx2 {
+                // one row reads the codes as it widens them; several share them widened once
+                let mut codes = Vec::with_capacity(if rows > 1 { self.cols / 8 } else { 0 });
+                for (i, out_row) in chunk.chunks_exact_mut(rows).enumerate() {
                     // SAFETY: `avx2::handles` checked the processor and the operands, and
                     // `prepared` holds `rows` rows of `x`.
                     unsafe { avx2::feature(self, first + i, &prepared, out_row, &mut codes) };
-                    continue;
                 }
+                return;
+            }
+            let mut lanes = vec![[0f32; LANES]; rows];
+            for (i, out_row) in chunk.chunks_exact_mut(rows).enumerate() {
                 if fma {
                     // SAFETY: `has_fma` checked that the processor has AVX2 and FMA.
                     unsafe { self.feature_fma(first + i, x, &mut lanes) };

@@ -28,6 +28,7 @@ pub mod quant;
 pub mod report;
 pub mod runtime;
 pub mod slicing;
+pub mod threads;
 
 pub use error::{Error, Result};
 pub use mlx_rs::{self, fast, ops, Array, Dtype};

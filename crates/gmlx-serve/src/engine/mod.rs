@@ -106,6 +106,8 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name(format!("gmlx-engine-{id}"))
             .spawn(move || {
+                // the first engine's thread works on its own host products
+                gmlx_mlx::threads::adopt_current_thread();
                 let placement = thread_streamed.map(|s| s as Arc<dyn ExpertPlacement>);
                 let loaded = match load_model(&thread_id, &path, adapter.as_deref(), placement) {
                     Ok(l) => l,
