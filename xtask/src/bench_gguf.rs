@@ -151,24 +151,40 @@ pub(crate) fn release_binary(package: &str, name: &str) -> Result<PathBuf> {
 }
 
 /// The JSON rows of one `llama-bench` run on `file` (`-r 1`, `threads` threads) with `tests`
-/// (`-p ... -n ...`).
+/// (`-p ... -n ...`). Where llama-bench dies of a signal, it runs again with `--repack 0`
+/// (no extra CPU buffer types): a processor that advertises AMX inside a VM that does not let
+/// programs use it kills the AMX kernels of a native build with SIGILL. Each row's `repack`
+/// field records which run it came from.
 pub(crate) fn llama_bench_rows(
     exe: &Path,
     file: &Path,
     tests: &[&str],
     threads: usize,
 ) -> Result<Vec<serde_json::Value>> {
-    let out = Command::new(exe)
-        .arg("-m")
-        .arg(file)
-        .args(tests)
-        .args(["-r", "1", "-t", &threads.to_string(), "-o", "json"])
-        .env("LD_LIBRARY_PATH", exe.parent().context("bin")?)
-        .output()
-        .context("run llama-bench")?;
+    let run = |extra: &[&str]| {
+        Command::new(exe)
+            .arg("-m")
+            .arg(file)
+            .args(tests)
+            .args(["-r", "1", "-t", &threads.to_string(), "-o", "json"])
+            .args(extra)
+            .env("LD_LIBRARY_PATH", exe.parent().context("bin")?)
+            .output()
+            .context("run llama-bench")
+    };
+    let mut out = run(&[])?;
+    if out.status.code().is_none() {
+        eprintln!(
+            "xtask: llama-bench died of a signal ({}); again with --repack 0 (no extra CPU \
+             buffer types, AMX among them)",
+            out.status
+        );
+        out = run(&["--repack", "0"])?;
+    }
     if !out.status.success() {
         bail!(
-            "llama-bench failed: {}",
+            "llama-bench failed ({}): {}",
+            out.status,
             String::from_utf8_lossy(&out.stderr)
         );
     }
