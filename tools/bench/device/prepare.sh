@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Prepares what the device scripts of this folder carry to a rented GPU machine (the `device`
+# tool): run from the repository root on the 2-core machine.
+#   tools/bench/device/prepare.sh          build and pack .mlxcu1 .mlxcu2 .dev1 .dev2
+#   tools/bench/device/prepare.sh slim     take tests/fixtures out of the index (it travels
+#                                          otherwise: the tracked tree is ~90 MB, one call
+#                                          carries 64 MiB); commit nothing while slim
+#   tools/bench/device/prepare.sh unslim   put it back
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+exclude=.git/info/exclude
+case "${1:-}" in
+  slim)
+    git rm -r --cached -q tests/fixtures
+    grep -qx "/tests/fixtures/" $exclude || echo "/tests/fixtures/" >> $exclude
+    exit 0 ;;
+  unslim)
+    git reset -q -- tests/fixtures
+    sed -i '\#^/tests/fixtures/$#d' $exclude
+    exit 0 ;;
+esac
+for d in .dev1 .dev2; do grep -qx "/$d/" $exclude || echo "/$d/" >> $exclude; done
+target=${CARGO_TARGET_DIR:-/var/cache/gmlx/target}
+# MLX's CUDA wheel in two parts (.mlxcu1, .mlxcu2), as the shared recipe splits it
+../shared/tools/mlx-cuda-carry.sh
+# the pinned llama.cpp sources without models/ and docs/ (for llama-bench with CUDA and gguf-py)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+python3 -m pip download --quiet --no-binary :all: --no-deps llama-cpp-python==0.3.36 -d "$tmp"
+tar xzf "$tmp"/llama_cpp_python-0.3.36.tar.gz -C "$tmp"
+src="$tmp/llama_cpp_python-0.3.36/vendor/llama.cpp"
+rm -rf "$src"/models/*.gguf* "$src"/docs "$src"/benches "$src"/media
+rm -rf .dev1 .dev2 && mkdir -p .dev1 .dev2/fx "$tmp/pkg/bin/lib"
+(cd "$src" && tar cf - . | xz -T2 -6 > "$OLDPWD/.dev1/llamacpp.tar.xz")
+cp tests/fixtures/qwen35/qwen35-Q8_0.gguf .dev1/
+# release binaries built against the CPU wheel, stripped, with the BLAS they link
+cargo build --release -p gmlx-cli -p xtask
+bench=$(cargo bench -p gmlx-models --bench train_attention --no-run 2>&1 | sed -n 's/.*(\(.*train_attention-[0-9a-f]*\)).*/\1/p')
+cp "$target/release/gmlx" "$target/release/xtask" "$tmp/pkg/bin/"
+cp "$bench" "$tmp/pkg/bin/train_attention"
+strip "$tmp"/pkg/bin/{gmlx,xtask,train_attention}
+for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+  cp -L "/lib/x86_64-linux-gnu/$l" "$tmp/pkg/bin/lib/"
+done
+(cd "$tmp/pkg" && tar cf - bin | xz -T2 -6 > "$OLDPWD/.dev2/bin.tar.xz")
+cp tests/fixtures/*/*-Q4_K_M.gguf .dev2/fx/
+du -sh .mlxcu1 .mlxcu2 .dev1 .dev2
