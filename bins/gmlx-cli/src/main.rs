@@ -90,7 +90,10 @@ fn main() -> ExitCode {
         _ => gmlx_serve::logging::LogFormat::Text,
     };
     gmlx_serve::logging::init("gmlx", format);
-    if !matches!(cli.command, Command::Serve(_)) {
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Perplexity(_) | Command::Train(_) | Command::Distill(_)
+    ) {
         // this thread runs the model (a server's engine threads adopt the pool themselves)
         gmlx_mlx::threads::adopt_current_thread();
     }
