@@ -8,7 +8,7 @@
 set -u
 cat /root/mlxcu/part.aa .mlxcu2/part.ab > /root/mlxcu/w.whl && python3 -c "import zipfile; zipfile.ZipFile('/root/mlxcu/w.whl').extractall('/opt/mlxcu')"
 tar xJf .dev2/bin.tar.xz -C /root && mkdir -p /root/fx && cp .dev2/fx/*.gguf /root/fx/
-. bench/runs/2026-12-06-h100/env.sh
+. tools/bench/device/env.sh
 /root/bin/gmlx env 2>&1 | tee $OUT/env.txt
 for f in /root/fx/*-Q4_K_M.gguf; do
   a=$(basename $f -Q4_K_M.gguf)

@@ -20,7 +20,9 @@ case "${1:-}" in
     exit 0 ;;
 esac
 for d in .dev1 .dev2; do grep -qx "/$d/" $exclude || echo "/$d/" >> $exclude; done
-target=${CARGO_TARGET_DIR:-/var/cache/gmlx/target}
+# the binaries are copied from where cargo builds them
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/gmlx/target}
+target=$CARGO_TARGET_DIR
 # MLX's CUDA wheel in two parts (.mlxcu1, .mlxcu2), as the shared recipe splits it
 ../shared/tools/mlx-cuda-carry.sh
 # the pinned llama.cpp sources without models/ and docs/ (for llama-bench with CUDA and gguf-py)
