@@ -15,6 +15,7 @@
 //! # Ok::<(), gmlx_mlx::Error>(())
 //! ```
 pub mod blas;
+pub mod cache_check;
 pub mod checkpoint;
 mod closure;
 pub mod cpu_qmm;
@@ -38,12 +39,14 @@ use std::sync::OnceLock;
 
 static PRECISION: OnceLock<precision::Precision> = OnceLock::new();
 
-/// Prepares the process for MLX: applies the precision policy before MLX first reads it, and
+/// Prepares the process for MLX: applies the precision policy and turns MLX's cache-thrashing
+/// abort off ([`cache_check`]) before MLX first reads them, and
 /// installs mlx-rs's error handler so failing raw mlx-c calls return codes instead of exiting.
 /// Every entry point of this crate calls it; applications may call it first thing in `main`.
 pub fn init() -> precision::Precision {
     *PRECISION.get_or_init(|| {
         let policy = precision::apply();
+        cache_check::apply();
         // Any mlx-rs call that checks a status registers its error handler once.
         let _ = mlx_rs::Device::try_default();
         policy
