@@ -19,6 +19,7 @@ pub mod cache_check;
 pub mod checkpoint;
 mod closure;
 pub mod cpu_qmm;
+pub mod cuda_qmv;
 pub mod custom_vjp;
 pub mod device;
 mod error;

@@ -124,16 +124,23 @@ enum Route {
     Host,
     /// Dequantize for this product, then BLAS.
     Dense,
+    /// One row on CUDA: gmlx's 4-bit matrix-vector kernel ([`crate::cuda_qmv`]).
+    CudaVector,
     /// [`Route::Dense`] under MLX's checkpoint transform: nothing kept for the backward pass.
     DenseRecomputed,
 }
 
 fn route(x: &Array, p: &Packed<'_>) -> Result<Route> {
     let device = mlx_rs::Device::try_default()?;
-    if !matches!(device.get_type()?, mlx_rs::DeviceType::Cpu) {
-        return Ok(Route::Quantized);
-    }
     let rows = rows_of(x);
+    if !matches!(device.get_type()?, mlx_rs::DeviceType::Cpu) {
+        let training = TRAINING.with(|f| f.get());
+        return Ok(if !training && crate::cuda_qmv::applies(x, p, rows) {
+            Route::CudaVector
+        } else {
+            Route::Quantized
+        });
+    }
     if TRAINING.with(|f| f.get()) {
         return Ok(if rows >= CPU_DENSE_MIN_ROWS {
             Route::DenseRecomputed
@@ -722,6 +729,7 @@ impl QuantWeight {
             View::Packed(p) => match route(x, &p)? {
                 Route::Quantized => qmm::quantized_matmul(x, p, true),
                 Route::Host => crate::cpu_qmm::matmul(x, p),
+                Route::CudaVector => crate::cuda_qmv::matmul(x, p),
                 Route::Dense => Ok(x.matmul(qmm::dequantize(p)?.t())?),
                 Route::DenseRecomputed => recomputed_dense(x, p),
             },

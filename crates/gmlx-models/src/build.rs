@@ -59,14 +59,19 @@ fn decoder(w: &Weights<'_>, config: &ModelConfig) -> Result<Decoder> {
         .collect::<Result<Vec<_>>>()?;
     let output = w.optional_matrix(&Tensor::Output.weight(0), c.vocab, c.hidden)?;
     let embd = Tensor::TokenEmbd.weight(0);
+    // On a GPU the table stays resident: a row read from the file needs the token id on the
+    // host, which would wait for every decoded token before the next step could be queued.
+    let on_gpu = gmlx_mlx::mlx_rs::Device::try_default()
+        .and_then(|d| d.get_type())
+        .is_ok_and(|t| matches!(t, gmlx_mlx::mlx_rs::DeviceType::Gpu));
     let token_embd = match &output {
-        // untied: only looked up, so read from the file as tokens ask
-        Some(_) => match w.mapped_rows(&embd, &[c.hidden as u64, c.vocab as u64])? {
+        // untied on the CPU: only looked up, so read from the file as tokens ask
+        Some(_) if !on_gpu => match w.mapped_rows(&embd, &[c.hidden as u64, c.vocab as u64])? {
             Some(rows) => Embedding::Mapped(rows),
             // a preflight, which has recorded any problem
             None => Embedding::Resident(QuantWeight::dense(embd.clone(), Array::from_f32(0.0))),
         },
-        None => Embedding::Resident(w.matrix(&embd, c.vocab, c.hidden)?),
+        _ => Embedding::Resident(w.matrix(&embd, c.vocab, c.hidden)?),
     };
     Ok(Decoder {
         token_embd,

@@ -7,9 +7,7 @@
 # README.md); then the blocked-attention benchmark on the GPU. Arguments: the architectures
 # (fixture folder names), all by default.
 set -u
-cat /root/mlxcu/part.aa .mlxcu2/part.ab > /root/mlxcu/w.whl && python3 -c "import zipfile; zipfile.ZipFile('/root/mlxcu/w.whl').extractall('/opt/mlxcu')"
-tar xJf .dev2/bin.tar.xz -C /root && mkdir -p /root/fx && cp .dev2/fx/*.gguf /root/fx/
-. tools/bench/device/env.sh
+. tools/bench/device/install.sh
 /root/bin/gmlx env 2>&1 | tee $OUT/env.txt
 archs=${*:-$(cd /root/fx && ls *-Q4_K_M.gguf | sed 's/-Q4_K_M.gguf//')}
 train() {

@@ -4,6 +4,7 @@ use gmlx_mlx::{Array, Dtype};
 
 use crate::blocks::blocked_attention;
 use crate::blocks::context::ForwardCtx;
+use crate::blocks::host;
 use crate::blocks::linear::Linear;
 use crate::blocks::mask;
 use crate::blocks::norm::RmsNorm;
@@ -55,6 +56,61 @@ pub enum QkvProjection {
 }
 
 impl QkvProjection {
+    /// Whether [`QkvProjection::forward_host`] takes `rows` rows now.
+    pub fn on_host(&self, rows: usize) -> bool {
+        match self {
+            QkvProjection::Separate {
+                attn_q,
+                attn_k,
+                attn_v,
+            } => attn_q.on_host(rows) && attn_k.on_host(rows) && attn_v.on_host(rows),
+            QkvProjection::Fused { attn_qkv, .. } => attn_qkv.on_host(rows),
+        }
+    }
+
+    /// [`QkvProjection::forward`] of `rows` row-major float32 rows on the host: each part
+    /// row-major; `None` where [`QkvProjection::on_host`] says no.
+    #[allow(clippy::type_complexity)]
+    pub fn forward_host(
+        &self,
+        x: &[f32],
+        rows: usize,
+    ) -> Result<Option<(Vec<f32>, Vec<f32>, Vec<f32>)>> {
+        match self {
+            QkvProjection::Separate {
+                attn_q,
+                attn_k,
+                attn_v,
+            } => {
+                let (Some(q), Some(k), Some(v)) = (
+                    attn_q.forward_host(x, rows)?,
+                    attn_k.forward_host(x, rows)?,
+                    attn_v.forward_host(x, rows)?,
+                ) else {
+                    return Ok(None);
+                };
+                Ok(Some((q, k, v)))
+            }
+            QkvProjection::Fused {
+                attn_qkv,
+                q_rows,
+                kv_rows,
+            } => {
+                let Some(all) = attn_qkv.forward_host(x, rows)? else {
+                    return Ok(None);
+                };
+                let (qn, kvn) = (*q_rows as usize, *kv_rows as usize);
+                let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
+                for row in all.chunks_exact(qn + 2 * kvn) {
+                    q.extend_from_slice(&row[..qn]);
+                    k.extend_from_slice(&row[qn..qn + kvn]);
+                    v.extend_from_slice(&row[qn + kvn..]);
+                }
+                Ok(Some((q, k, v)))
+            }
+        }
+    }
+
     /// Queries `[.., q_rows]`, keys and values `[.., kv_rows]` of `x [.., hidden]`.
     pub fn forward(&self, x: &Array) -> Result<(Array, Array, Array)> {
         match self {
@@ -384,6 +440,88 @@ impl Attention {
         self.attn_output.forward(&out)
     }
 
+    /// [`Attention::forward`] on the host for a cached pass of one token per row: `x` holds
+    /// the `rows` normed hidden vectors, row-major; the result, `rows` output vectors. `None`,
+    /// before any work, unless every part runs there: float32 host products without adapters
+    /// ([`Linear::on_host`]), plain grouped-query attention (no QSA, sinks, window or output
+    /// gate) and full caches that take host keys ([`crate::cache::FullKv::host_ready`]).
+    /// One token per row is what decoding feeds a CPU model, and this way a block needs no MLX
+    /// evaluation at all.
+    pub fn forward_host(
+        &self,
+        x: &[f32],
+        rows: usize,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> Result<Option<Vec<f32>>> {
+        let (heads, kv_heads, d) = (
+            self.n_heads as usize,
+            self.n_kv_heads as usize,
+            self.head_dim as usize,
+        );
+        let (Some(q_norm), Some(k_norm)) = (
+            host_norm(self.attn_q_norm.as_ref(), d),
+            host_norm(self.attn_k_norm.as_ref(), d),
+        ) else {
+            return Ok(None);
+        };
+        let plain = host_attention_enabled()
+            && self.qsa.is_none()
+            && self.sinks.is_none()
+            && self.window.is_none()
+            && !self.output_gate
+            && ctx.is_cached()
+            && ctx.positions.len() == rows
+            && self.attn_output.on_host(rows)
+            && self.qkv.on_host(rows);
+        if !plain {
+            return Ok(None);
+        }
+        for b in 0..rows {
+            match ctx.layer_cache(b, layer) {
+                Some(LayerCache::FullKv(full)) if full.host_ready(kv_heads * d) => {}
+                _ => return Ok(None),
+            }
+        }
+        let Some((mut q, mut k, v)) = self.qkv.forward_host(x, rows)? else {
+            return Ok(None);
+        };
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut out = Vec::with_capacity(rows * heads * d);
+        for b in 0..rows {
+            let position = ctx.positions[b];
+            let qb = &mut q[b * heads * d..(b + 1) * heads * d];
+            let kb = &mut k[b * kv_heads * d..(b + 1) * kv_heads * d];
+            let vb = &v[b * kv_heads * d..(b + 1) * kv_heads * d];
+            if let Some((w, eps)) = q_norm {
+                qb.copy_from_slice(&host::rms_norm(qb, w, eps));
+            }
+            if let Some((w, eps)) = k_norm {
+                kb.copy_from_slice(&host::rms_norm(kb, w, eps));
+            }
+            self.rope.rotate_host(qb, d, position);
+            self.rope.rotate_host(kb, d, position);
+            let Some(LayerCache::FullKv(full)) = ctx.layer_cache(b, layer) else {
+                return Err(Error::CacheMismatch { layer });
+            };
+            let held = full
+                .attend_host(kb, vb, self.n_kv_heads, position)?
+                .ok_or(Error::CacheMismatch { layer })?;
+            out.extend(host::attend_one(
+                qb,
+                &held.keys,
+                &held.values,
+                kv_heads,
+                d,
+                scale,
+            ));
+        }
+        match self.attn_output.forward_host(&out, rows)? {
+            Some(y) => Ok(Some(y)),
+            None => Err(Error::CacheMismatch { layer }),
+        }
+    }
+
     /// One row: rotate at the row's position, append to its cache, attend (to the keys
     /// `visible [1, 1, tokens, keys]` says, when a QSA indexer chose them).
     #[allow(clippy::too_many_arguments)]
@@ -444,6 +582,26 @@ impl Attention {
 }
 
 /// Row `b` of a `[batch, tokens, width]` array.
+/// `GMLX_HOST_ATTENTION=0` keeps a CPU decode's attention in MLX (for comparison).
+fn host_attention_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("GMLX_HOST_ATTENTION").map_or(true, |v| v.trim() != "0"))
+}
+
+/// A per-head norm's float32 weight of `d` values and its epsilon, read in place: `Some(None)`
+/// without a norm, `None` when its weight is not such a slice.
+fn host_norm(norm: Option<&RmsNorm>, d: usize) -> Option<Option<(&[f32], f32)>> {
+    match norm {
+        None => Some(None),
+        Some(n) => n
+            .weight
+            .try_as_slice::<f32>()
+            .ok()
+            .filter(|w| w.len() == d)
+            .map(|w| Some((w, n.eps))),
+    }
+}
+
 fn row3(a: &Array, b: i32, batch: i32) -> Result<Array> {
     if batch == 1 {
         return Ok(a.clone());

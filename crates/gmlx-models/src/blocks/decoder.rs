@@ -244,12 +244,23 @@ impl DecoderLayer {
             return Ok(None);
         };
         let normed = host::rms_norm(&h, attn_w, attn_norm.eps);
-        let mixed = self
-            .mixer
-            .forward(&Array::from_slice(&normed, &shape), layer, ctx)?;
-        // the mixer has run (its cache holds these rows): from here the block always finishes
-        let Some(mixed_rows) = host::rows_of(&mixed)? else {
-            return Ok(Some(self.feed_forward(&x.add(&mixed)?, layer, ctx)?));
+        let one_token_per_row = shape.len() == 3 && shape[1] == 1;
+        let on_host = match one_token_per_row {
+            true => self.mixer.forward_host(&normed, rows, layer, ctx)?,
+            false => None,
+        };
+        // once the mixer has run (its cache holds these rows), the block always finishes
+        let mixed_rows = match on_host {
+            Some(m) => m,
+            None => {
+                let mixed = self
+                    .mixer
+                    .forward(&Array::from_slice(&normed, &shape), layer, ctx)?;
+                match host::rows_of(&mixed)? {
+                    Some(m) => m,
+                    None => return Ok(Some(self.feed_forward(&x.add(&mixed)?, layer, ctx)?)),
+                }
+            }
         };
         host::add_into(&mut h, &mixed_rows);
         let normed = host::rms_norm(&h, ffn_w, ffn_norm.eps);
@@ -481,8 +492,9 @@ impl BlockRunner for Direct {
     }
 }
 
-/// The token embedding: resident when the output head is tied to it, else rows read from
-/// the file's memory map as tokens ask for them (no copy of the table in memory).
+/// The token embedding: resident when the output head is tied to it or the model runs on a
+/// GPU, else rows read from the file's memory map as tokens ask for them (no copy of the table
+/// in memory).
 #[derive(Debug, Clone)]
 pub enum Embedding {
     Resident(QuantWeight),

@@ -31,6 +31,22 @@ impl Mixer {
         }
     }
 
+    /// [`Mixer::forward`] on the host for one token per row (`rows` row-major vectors of
+    /// normed hidden values): softmax attention only ([`Attention::forward_host`]); `None`,
+    /// before any work, otherwise.
+    pub fn forward_host(
+        &self,
+        x: &[f32],
+        rows: usize,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> Result<Option<Vec<f32>>> {
+        match self {
+            Mixer::Attention(a) => a.forward_host(x, rows, layer, ctx),
+            _ => Ok(None),
+        }
+    }
+
     pub fn visit<'m>(&'m self, v: &mut dyn WeightVisitor<'m>) {
         match self {
             Mixer::Attention(a) => a.visit(v),

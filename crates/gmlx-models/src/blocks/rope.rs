@@ -12,6 +12,8 @@ pub struct Rope {
     position_scale: f32,
     /// With frequency factors or YaRN: the period of each rotating pair (MLX's `freqs`).
     periods: Option<Array>,
+    /// Each rotating pair's angle per position, for [`Rope::rotate_host`].
+    inv_freqs: Vec<f32>,
     /// YaRN's magnitude correction of the rotated values (1 otherwise).
     mscale: f32,
 }
@@ -23,8 +25,8 @@ impl Rope {
         let yarn_multiplier = config.yarn.map(|y| yarn_multipliers(config, &y));
         let still = config.sections.map(|s| imrope_still_pairs(&s, half));
         let custom = config.freq_factors.is_some() || yarn_multiplier.is_some() || still.is_some();
-        let periods = custom.then(|| {
-            let values: Vec<f32> = (0..half)
+        let period_values = custom.then(|| {
+            (0..half)
                 .map(|i| {
                     if still.as_ref().is_some_and(|s| s[i]) {
                         return f32::INFINITY;
@@ -33,9 +35,18 @@ impl Rope {
                     let multiplier = yarn_multiplier.as_ref().map_or(1.0, |m| m[i]);
                     base_period(i) * factor / multiplier
                 })
-                .collect();
-            Array::from_slice(&values, &[half as i32])
+                .collect::<Vec<f32>>()
         });
+        // as MLX computes them (its rope's reference form): 1 / period, or
+        // exp(-i * ln(base) / half)
+        let inv_freqs = match &period_values {
+            Some(p) => p.iter().map(|v| 1.0 / v).collect(),
+            None => {
+                let step = config.base.ln() / half as f32;
+                (0..half).map(|i| (-(i as f32) * step).exp()).collect()
+            }
+        };
+        let periods = period_values.map(|v| Array::from_slice(&v, &[half as i32]));
         let mscale = config
             .yarn
             .map_or(1.0, |y| y.attn_factor * (1.0 + 0.1 * y.factor.ln()));
@@ -45,7 +56,40 @@ impl Rope {
             traditional: config.traditional,
             position_scale: config.position_scale,
             periods,
+            inv_freqs,
             mscale,
+        }
+    }
+
+    /// [`Rope::forward`] on the host: rotates, in place, `heads` row-major vectors of
+    /// `head_dim` values of one token at `position`.
+    pub fn rotate_host(&self, x: &mut [f32], head_dim: usize, position: i32) {
+        let half = self.inv_freqs.len();
+        let t = position as f32 * self.position_scale;
+        let angles: Vec<(f32, f32)> = self
+            .inv_freqs
+            .iter()
+            .map(|f| {
+                let theta = t * f;
+                (theta.cos(), theta.sin())
+            })
+            .collect();
+        for head in x.chunks_exact_mut(head_dim.max(1)) {
+            for (i, &(cos, sin)) in angles.iter().enumerate() {
+                let (a, b) = if self.traditional {
+                    (2 * i, 2 * i + 1)
+                } else {
+                    (i, i + half)
+                };
+                let (x1, x2) = (head[a], head[b]);
+                head[a] = (x1 * cos - x2 * sin) * self.mscale;
+                head[b] = (x1 * sin + x2 * cos) * self.mscale;
+            }
+            if self.mscale != 1.0 {
+                for v in &mut head[2 * half..] {
+                    *v *= self.mscale;
+                }
+            }
         }
     }
 

@@ -9,13 +9,37 @@ use crate::error::Result;
 pub const CHUNK_TOKENS: i32 = 256;
 
 /// Keys and values of one attention layer, `[batch, kv_heads, capacity, head_dim]`, of which
-/// the first `len` positions are filled.
+/// the first `len` positions are filled; or, while a CPU decode attends on the host
+/// ([`FullKv::attend_host`]), in host memory.
 #[derive(Debug, Clone, Default)]
 pub struct FullKv {
     keys: Buffer,
     values: Buffer,
     /// A QSA indexer's raw keys, one row per position, when the layer has one.
     indexer_keys: Option<Buffer>,
+    /// The keys and values in host memory (the buffers are then empty).
+    host: Option<HostKv>,
+}
+
+/// Keys and values in host memory, token-major: `[len, kv_heads * head_dim]` each.
+#[derive(Debug, Clone)]
+pub struct HostKv {
+    pub keys: Vec<f32>,
+    pub values: Vec<f32>,
+    /// `kv_heads * head_dim`.
+    pub width: usize,
+    kv_heads: i32,
+}
+
+impl HostKv {
+    /// Tokens held.
+    pub fn len(&self) -> usize {
+        self.keys.len() / self.width.max(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
 }
 
 impl FullKv {
@@ -39,28 +63,131 @@ impl FullKv {
 
     /// Tokens held.
     pub fn len(&self) -> i32 {
-        self.keys.len()
+        match &self.host {
+            Some(h) => h.len() as i32,
+            None => self.keys.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.keys.len() == 0
+        self.len() == 0
+    }
+
+    /// Whether the keys and values are in host memory ([`FullKv::attend_host`]).
+    pub fn on_host(&self) -> bool {
+        self.host.is_some()
     }
 
     /// Positions allocated.
     pub fn capacity(&self) -> i32 {
-        self.keys.capacity()
+        match &self.host {
+            Some(h) => (h.keys.capacity() / h.width.max(1)) as i32,
+            None => self.keys.capacity(),
+        }
     }
 
     /// Bytes of the buffers (capacity, not just the filled part).
     pub fn nbytes(&self) -> usize {
-        self.keys.nbytes()
+        let host = self.host.as_ref().map_or(0, |h| {
+            (h.keys.capacity() + h.values.capacity()) * std::mem::size_of::<f32>()
+        });
+        host + self.keys.nbytes()
             + self.values.nbytes()
             + self.indexer_keys.as_ref().map_or(0, Buffer::nbytes)
+    }
+
+    /// Appends one token's keys and values, `kv_heads` row-major vectors each, at `position`
+    /// (the number held) in host memory, moving what the buffers hold there first (once, after
+    /// a prefill), and returns every key and value held; `None` for a cache with an indexer's
+    /// keys or float keys of another type, which stays with MLX.
+    pub fn attend_host(
+        &mut self,
+        k: &[f32],
+        v: &[f32],
+        kv_heads: i32,
+        position: i32,
+    ) -> Result<Option<&HostKv>> {
+        debug_assert_eq!(position, self.len(), "a full cache is appended in order");
+        if !self.host_ready(k.len()) || v.len() != k.len() {
+            return Ok(None);
+        }
+        if self.host.is_none() {
+            let moved = match (self.keys.is_empty(), self.keys.read_tokens()?) {
+                (true, _) => Some((Vec::new(), Vec::new())),
+                (false, Some(keys)) => self.values.read_tokens()?.map(|values| (keys, values)),
+                (false, None) => None,
+            };
+            let Some((keys, values)) = moved else {
+                return Ok(None);
+            };
+            self.keys = Buffer::default();
+            self.values = Buffer::default();
+            self.host = Some(HostKv {
+                keys,
+                values,
+                width: k.len(),
+                kv_heads,
+            });
+        }
+        let Some(host) = self.host.as_mut() else {
+            unreachable!("made above");
+        };
+        if host.keys.capacity() == host.keys.len() {
+            let room = CHUNK_TOKENS as usize * host.width;
+            host.keys.reserve_exact(room);
+            host.values.reserve_exact(room);
+        }
+        host.keys.extend_from_slice(k);
+        host.values.extend_from_slice(v);
+        Ok(self.host.as_ref())
+    }
+
+    /// Whether [`FullKv::attend_host`] takes keys of `width` values: no indexer's keys, and
+    /// keys already on the host (of that width) or none yet or float32 ones of one sequence.
+    pub fn host_ready(&self, width: usize) -> bool {
+        if self.indexer_keys.is_some() {
+            return false;
+        }
+        match (&self.host, &self.keys.data) {
+            (Some(h), _) => h.width == width,
+            (None, None) => true,
+            (None, Some(keys)) => {
+                keys.dtype() == gmlx_mlx::Dtype::Float32
+                    && keys.shape()[0] == 1
+                    && (keys.shape()[1] * keys.shape()[3]) as usize == width
+            }
+        }
+    }
+
+    /// Moves keys and values held on the host back into MLX buffers.
+    fn leave_host(&mut self) {
+        let Some(host) = self.host.take() else {
+            return;
+        };
+        let tokens = host.len() as i32;
+        if tokens == 0 {
+            return;
+        }
+        let d = host.width as i32 / host.kv_heads.max(1);
+        let to_buffer = |values: &[f32]| -> Result<Buffer> {
+            let a = Array::from_slice(values, &[1, tokens, host.kv_heads, d])
+                .transpose_axes(&[0, 2, 1, 3])?;
+            Ok(Buffer {
+                data: Some(a.contiguous()?),
+                len: tokens,
+            })
+        };
+        // a failure here leaves the buffers empty; the next attend then reports it
+        if let (Ok(keys), Ok(values)) = (to_buffer(&host.keys), to_buffer(&host.values)) {
+            self.keys = keys;
+            self.values = values;
+        }
     }
 
     /// Appends the tokens starting at `position` (which must be the number held) and returns
     /// every key and value, causal for a chunk of several queries.
     pub fn attend(&mut self, k: &Array, v: &Array, position: i32) -> Result<Attended> {
+        self.leave_host();
         debug_assert_eq!(position, self.len(), "a full cache is appended in order");
         let queries = k.shape()[2];
         let keys = self.keys.append(k)?;
@@ -110,6 +237,21 @@ impl Buffer {
         };
         let s = data.shape().to_vec();
         Ok(slice(data, &[0, 0, 0, 0], &[s[0], s[1], self.len, s[3]])?)
+    }
+
+    /// The filled part of a one-sequence float32 buffer, token-major (`[len, heads * width]`
+    /// row-major); `None` for another dtype or batch.
+    fn read_tokens(&self) -> Result<Option<Vec<f32>>> {
+        if self.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let filled = self.read()?;
+        if filled.dtype() != gmlx_mlx::Dtype::Float32 || filled.shape()[0] != 1 {
+            return Ok(None);
+        }
+        let tokens = filled.transpose_axes(&[0, 2, 1, 3])?.contiguous()?;
+        tokens.eval()?;
+        Ok(tokens.try_as_slice::<f32>().ok().map(<[f32]>::to_vec))
     }
 
     /// Appends `x [batch, heads, n, width]` and returns the filled part, which now ends

@@ -1,0 +1,83 @@
+// y = W x for one row x [K] and an MLX affine 4-bit matrix W [N, K] (groups of 32 columns,
+// w = scale * q + bias), on CUDA through MLX's custom-kernel API: MLX generates the signature
+//   (const uint32_t* w, const S* scales, const S* biases, const T* x, T* y)
+// and the constants T (the activation type), K, N and ROWS (rows per warp).
+//
+// Lane l of a warp takes groups l, l + 32, ...: per group it reads 16 bytes of codes (32
+// weights) per row, so a warp reads 512 contiguous bytes per row and instruction. Its 32
+// activations are converted once and serve the warp's ROWS rows. A nibble becomes a float
+// without a conversion instruction: 0x4B0000nn read as a float is 2^23 + nn.
+constexpr int GROUPS = K / 32;
+const int lane = threadIdx.x & 31;
+const int row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ROWS;
+const bool x_aligned = (reinterpret_cast<size_t>(x) & 15) == 0;
+float acc[ROWS];
+#pragma unroll
+for (int r = 0; r < ROWS; ++r) {
+  acc[r] = 0.0f;
+}
+for (int g = lane; g < GROUPS; g += 32) {
+  float xv[32];
+  const T* xg = x + g * 32;
+  if (x_aligned) {
+    constexpr int PER = 16 / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < 32 / PER; ++c) {
+      uint4 raw = __ldg(reinterpret_cast<const uint4*>(xg) + c);
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        xv[c * PER + i] = static_cast<float>(e[i]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      xv[i] = static_cast<float>(xg[i]);
+    }
+  }
+  float xs = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    xs += xv[i];
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int row = row0 + r;
+    if (row < N) {
+      const uint4 codes =
+          __ldg(reinterpret_cast<const uint4*>(w + static_cast<size_t>(row) * (K / 8)) + g);
+      const float s = static_cast<float>(scales[static_cast<size_t>(row) * GROUPS + g]);
+      const float b = static_cast<float>(biases[static_cast<size_t>(row) * GROUPS + g]);
+      const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+      float d = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t lo = words[j] & 0x0F0F0F0Fu;
+        const uint32_t hi = (words[j] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float qe =
+              __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7540u + k)) - 8388608.0f;
+          const float qo =
+              __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7540u + k)) - 8388608.0f;
+          d = fmaf(qe, xv[j * 8 + 2 * k], d);
+          d = fmaf(qo, xv[j * 8 + 2 * k + 1], d);
+        }
+      }
+      acc[r] = fmaf(s, d, fmaf(b, xs, acc[r]));
+    }
+  }
+}
+#pragma unroll
+for (int r = 0; r < ROWS; ++r) {
+  float v = acc[r];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  }
+  const int row = row0 + r;
+  if (lane == 0 && row < N) {
+    y[row] = static_cast<T>(v);
+  }
+}
