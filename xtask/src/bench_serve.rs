@@ -105,6 +105,25 @@ fn unchunk(mut rest: &str) -> Result<String> {
     }
 }
 
+/// A server that ended before it answered.
+#[derive(Debug)]
+struct Exited {
+    name: &'static str,
+    status: std::process::ExitStatus,
+}
+
+impl std::fmt::Display for Exited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} exited with {} before it was ready",
+            self.name, self.status
+        )
+    }
+}
+
+impl std::error::Error for Exited {}
+
 /// Starts `cmd` on `port` and waits until `/health` answers 200.
 fn start(name: &'static str, cmd: &mut Command, port: u16) -> Result<Server> {
     let child = cmd
@@ -116,7 +135,7 @@ fn start(name: &'static str, cmd: &mut Command, port: u16) -> Result<Server> {
     let deadline = Instant::now() + Duration::from_secs(300);
     while Instant::now() < deadline {
         if let Some(status) = server.child.try_wait()? {
-            bail!("{name} exited with {status} before it was ready");
+            return Err(Exited { name, status }.into());
         }
         if matches!(request(port, "GET", "/health", ""), Ok((200, _))) {
             return Ok(server);
@@ -159,6 +178,12 @@ fn aggregate(server: &Server, model: &str, n: usize, tokens: usize) -> Result<f6
     Ok(generated as f64 / start.elapsed().as_secs_f64())
 }
 
+fn died_of_signal(e: &anyhow::Error) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    e.downcast_ref::<Exited>()
+        .is_some_and(|x| x.status.signal().is_some())
+}
+
 /// One warm-up request, then every stream count.
 fn measure(server: &Server, model: &str, o: &Options) -> Result<Vec<f64>> {
     aggregate(server, model, 1, o.tokens)?;
@@ -197,19 +222,33 @@ pub fn run(args: &[String]) -> Result<()> {
     let ours = measure(&server, &id, &o)?;
     drop(server);
 
-    let port = free_port()?;
     // each slot holds its prompt and its tokens
     let context = width * (o.tokens + 64);
-    let server = start(
-        "llama-server",
-        Command::new(&llama)
-            .arg("-m")
-            .arg(&model)
-            .args(["--port", &port.to_string(), "--host", "127.0.0.1"])
-            .args(["-np", &width.to_string(), "-c", &context.to_string()])
-            .args(["-t", &o.threads.to_string()]),
-        port,
-    )?;
+    let llama_server = |extra: &[&str]| -> Result<Server> {
+        let port = free_port()?;
+        start(
+            "llama-server",
+            Command::new(&llama)
+                .arg("-m")
+                .arg(&model)
+                .args(["--port", &port.to_string(), "--host", "127.0.0.1"])
+                .args(["-np", &width.to_string(), "-c", &context.to_string()])
+                .args(["-t", &o.threads.to_string()])
+                .args(extra),
+            port,
+        )
+    };
+    let (server, repack) = match llama_server(&[]) {
+        // as llama-bench (bench_gguf): a processor that advertises AMX a VM does not let
+        // programs use kills the native build in its repacking kernels
+        Err(e) if died_of_signal(&e) => {
+            eprintln!(
+                "xtask: {e:#}; again with --no-repack (no extra CPU buffer types, AMX among them)"
+            );
+            (llama_server(&["--no-repack"])?, false)
+        }
+        other => (other?, true),
+    };
     let theirs = measure(&server, &id, &o)?;
     drop(server);
 
@@ -230,7 +269,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let json = serde_json::json!({
         "bench": "serve-http", "model": id, "tokens_per_stream": o.tokens,
-        "slots": width, "threads": o.threads, "rows": rows,
+        "slots": width, "threads": o.threads, "rows": rows, "llama_server_repack": repack,
     });
     crate::bench::save("serve-http", &json.to_string())
 }

@@ -91,4 +91,8 @@ fn main() {
         gmlx_models::default_model::FILE_NAME,
         rows.join(",")
     );
+    // the scheduler thread frees the model before the process exits: left running, it could
+    // still be freeing MLX arrays while MLX's own statics are destroyed ("corrupted
+    // double-linked list" at exit, once in four runs)
+    engine.shutdown();
 }

@@ -159,17 +159,18 @@ impl FullKv {
         }
     }
 
-    /// Moves keys and values held on the host back into MLX buffers.
-    fn leave_host(&mut self) {
-        let Some(host) = self.host.take() else {
-            return;
+    /// Moves keys and values held on the host back into MLX buffers (on failure they stay on
+    /// the host).
+    fn leave_host(&mut self) -> Result<()> {
+        let Some(host) = &self.host else {
+            return Ok(());
         };
         let tokens = host.len() as i32;
-        if tokens == 0 {
-            return;
-        }
         let d = host.width as i32 / host.kv_heads.max(1);
         let to_buffer = |values: &[f32]| -> Result<Buffer> {
+            if tokens == 0 {
+                return Ok(Buffer::default());
+            }
             let a = Array::from_slice(values, &[1, tokens, host.kv_heads, d])
                 .transpose_axes(&[0, 2, 1, 3])?;
             Ok(Buffer {
@@ -177,17 +178,17 @@ impl FullKv {
                 len: tokens,
             })
         };
-        // a failure here leaves the buffers empty; the next attend then reports it
-        if let (Ok(keys), Ok(values)) = (to_buffer(&host.keys), to_buffer(&host.values)) {
-            self.keys = keys;
-            self.values = values;
-        }
+        let (keys, values) = (to_buffer(&host.keys)?, to_buffer(&host.values)?);
+        self.keys = keys;
+        self.values = values;
+        self.host = None;
+        Ok(())
     }
 
     /// Appends the tokens starting at `position` (which must be the number held) and returns
     /// every key and value, causal for a chunk of several queries.
     pub fn attend(&mut self, k: &Array, v: &Array, position: i32) -> Result<Attended> {
-        self.leave_host();
+        self.leave_host()?;
         debug_assert_eq!(position, self.len(), "a full cache is appended in order");
         let queries = k.shape()[2];
         let keys = self.keys.append(k)?;
