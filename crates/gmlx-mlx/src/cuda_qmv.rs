@@ -64,9 +64,7 @@ pub fn applies(x: &Array, p: &Packed<'_>, rows: usize) -> bool {
 /// `x`'s dtype. The caller checks [`applies`].
 pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
     let Some(biases) = p.biases else {
-        return Err(Error::HostKernel {
-            reason: "the CUDA 4-bit product needs affine biases".into(),
-        });
+        return Err(kernel_error("an affine matrix without biases"));
     };
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
@@ -89,10 +87,17 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
             (blocks * threads, threads),
         )
     })?;
-    outputs.into_iter().next().ok_or(Error::Ffi {
-        call: "mlx_fast_cuda_kernel_apply",
-        code: -1,
-    })
+    outputs
+        .into_iter()
+        .next()
+        .ok_or_else(|| kernel_error("MLX returned no output"))
+}
+
+fn kernel_error(reason: &str) -> Error {
+    Error::CudaKernel {
+        kernel: "gmlx_qmv4",
+        reason: reason.to_owned(),
+    }
 }
 
 /// The kernel object, made once per thread (its handle is not shared between threads).
@@ -120,49 +125,52 @@ fn kernel<T>(f: impl FnOnce(mlx_sys::mlx_fast_cuda_kernel) -> Result<T>) -> Resu
 }
 
 fn cstring(s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| Error::HostKernel {
-        reason: format!("a NUL byte in {s:?}"),
-    })
+    CString::new(s).map_err(|_| kernel_error("a name with a NUL byte"))
+}
+
+/// An mlx-c string vector, freed when dropped.
+struct Names(mlx_sys::mlx_vector_string);
+
+impl Names {
+    fn new(list: &[&str]) -> Result<Names> {
+        // SAFETY: a new vector, freed by the guard; mlx-c copies each string appended.
+        let names = Names(unsafe { mlx_sys::mlx_vector_string_new() });
+        for name in list {
+            let c = cstring(name)?;
+            // SAFETY: the vector is live, `c` outlives the call.
+            check("mlx_vector_string_append_value", unsafe {
+                mlx_sys::mlx_vector_string_append_value(names.0, c.as_ptr())
+            })?;
+        }
+        Ok(names)
+    }
+}
+
+impl Drop for Names {
+    fn drop(&mut self) {
+        // SAFETY: made by mlx_vector_string_new, freed once.
+        unsafe { mlx_sys::mlx_vector_string_free(self.0) };
+    }
 }
 
 fn new_kernel() -> Result<mlx_sys::mlx_fast_cuda_kernel> {
-    let names = |list: &[&str]| -> Result<mlx_sys::mlx_vector_string> {
-        // SAFETY: a new vector; mlx-c copies each string appended.
-        let v = unsafe { mlx_sys::mlx_vector_string_new() };
-        for name in list {
-            let c = cstring(name)?;
-            // SAFETY: `v` is live, `c` outlives the call.
-            check("mlx_vector_string_append_value", unsafe {
-                mlx_sys::mlx_vector_string_append_value(v, c.as_ptr())
-            })?;
-        }
-        Ok(v)
-    };
-    let inputs = names(&["w", "scales", "biases", "x"])?;
-    let outputs = names(&["y"])?;
+    let inputs = Names::new(&["w", "scales", "biases", "x"])?;
+    let outputs = Names::new(&["y"])?;
     let (name, source, header) = (cstring("gmlx_qmv4")?, cstring(SOURCE)?, cstring("")?);
     // SAFETY: every pointer is live for the call; mlx-c copies what it keeps.
     let kernel = unsafe {
         mlx_sys::mlx_fast_cuda_kernel_new(
             name.as_ptr(),
-            inputs,
-            outputs,
+            inputs.0,
+            outputs.0,
             source.as_ptr(),
             header.as_ptr(),
             true,
             0,
         )
     };
-    // SAFETY: the vectors were made above and are freed once.
-    unsafe {
-        mlx_sys::mlx_vector_string_free(inputs);
-        mlx_sys::mlx_vector_string_free(outputs);
-    }
     if kernel.ctx.is_null() {
-        return Err(Error::Ffi {
-            call: "mlx_fast_cuda_kernel_new",
-            code: -1,
-        });
+        return Err(kernel_error("MLX could not make it"));
     }
     Ok(kernel)
 }
@@ -240,10 +248,7 @@ fn launch(
         );
         mlx_sys::mlx_vector_array_free(inputs);
         let arrays = if code == 0 {
-            crate::closure::arrays_of(outputs).map_err(|_| Error::Ffi {
-                call: "mlx_vector_array_get",
-                code: -1,
-            })
+            crate::closure::arrays_of(outputs).map_err(|e| kernel_error(&e))
         } else {
             Err(Error::Ffi {
                 call: "mlx_fast_cuda_kernel_apply",

@@ -29,6 +29,12 @@ pub enum Error {
     /// The host quantized matmul could not read its operands.
     #[error("CPU quantized matmul: {reason}")]
     HostKernel { reason: String },
+    /// gmlx's CUDA kernel could not be set up or gave no output.
+    #[error("CUDA kernel {kernel}: {reason}")]
+    CudaKernel {
+        kernel: &'static str,
+        reason: String,
+    },
     /// An expert matrix of another form than the stack it is bound into.
     #[error("tensor {tensor}: an expert of another codec layout than its slots")]
     SlotForm { tensor: String },

@@ -107,3 +107,48 @@ fn host_decode_gives_the_prefill_logits_on_the_fixtures() {
         );
     }
 }
+
+/// Rows at different positions decoded together (`Model::forward_rows`, as the server batches
+/// them) each give their own sequence's prefill logits.
+#[test]
+fn batched_rows_at_different_positions_attend_on_the_host() {
+    let (path, sequence) = fixture("llama", "Q8_0");
+    let loaded = load(&path, &LoadOptions::default()).expect("load");
+    let want = all_logits(&loaded, &sequence);
+    let model = &loaded.model;
+    let (mut a, mut b) = (model.new_cache(), model.new_cache());
+    let starts = [3usize, 6];
+    for (cache, &start) in [&mut a, &mut b].into_iter().zip(&starts) {
+        model
+            .forward(
+                &Array::from_slice(&sequence[..start], &[1, start as i32]),
+                cache,
+                Logits::Last,
+            )
+            .expect("prefill")
+            .eval()
+            .expect("eval");
+    }
+    let mut worst = 0f32;
+    for step in 0..4 {
+        let at = [starts[0] + step, starts[1] + step];
+        let tokens = [sequence[at[0]], sequence[at[1]]];
+        let logits = model
+            .forward_rows(&tokens, &mut [&mut a, &mut b])
+            .expect("forward_rows");
+        logits.eval().expect("eval");
+        let vocab = logits.shape()[1] as usize;
+        for (row, &p) in logits.as_slice::<f32>().chunks(vocab).zip(&at) {
+            let d = row
+                .iter()
+                .zip(&want[p])
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
+            worst = worst.max(d);
+        }
+    }
+    eprintln!("two rows at positions 3 and 6, 4 steps: max |rows - prefill| {worst:.2e}");
+    assert!(worst < 1e-4, "max logit difference {worst}");
+    assert_eq!(on_host(&a).0, on_host(&a).1, "row 0's caches on the host");
+    assert_eq!(on_host(&b).0, on_host(&b).1, "row 1's caches on the host");
+}

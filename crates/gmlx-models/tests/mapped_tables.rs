@@ -31,9 +31,12 @@ fn lookup_tables_are_mapped_and_a_pending_pass_outlives_the_model() {
     let want = common::rows(&golden["exact"]["logits"]);
     let loaded = load(&path, &LoadOptions::default()).expect("load");
     let decoder = loaded.model.decoder();
-    assert!(
+    // on a GPU the table stays resident (a mapped row would need each token id on the host)
+    let on_cpu = loaded.device == gmlx_mlx::device::DeviceKind::Cpu;
+    assert_eq!(
         matches!(decoder.token_embd, Embedding::Mapped(_)),
-        "the untied embedding is read from the file"
+        on_cpu,
+        "the untied embedding is read from the file on the CPU only"
     );
     let hashed = decoder
         .layers

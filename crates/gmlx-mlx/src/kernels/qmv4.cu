@@ -6,7 +6,9 @@
 // Lane l of a warp takes groups l, l + 32, ...: per group it reads 16 bytes of codes (32
 // weights) per row, so a warp reads 512 contiguous bytes per row and instruction. Its 32
 // activations are converted once and serve the warp's ROWS rows. A nibble becomes a float
-// without a conversion instruction: 0x4B0000nn read as a float is 2^23 + nn.
+// without a conversion instruction: 0x4B0000nn read as a float is 2^23 + nn. The codes are
+// read 16 bytes at a time: `w` is an array MLX allocated (aligned) and a row is K / 2 bytes,
+// a multiple of 16; `x` may be a view at any offset, so its alignment is checked.
 constexpr int GROUPS = K / 32;
 const int lane = threadIdx.x & 31;
 const int row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ROWS;

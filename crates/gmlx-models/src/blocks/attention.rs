@@ -444,9 +444,9 @@ impl Attention {
     /// the `rows` normed hidden vectors, row-major; the result, `rows` output vectors. `None`,
     /// before any work, unless every part runs there: float32 host products without adapters
     /// ([`Linear::on_host`]), plain grouped-query attention (no QSA, sinks, window or output
-    /// gate) and full caches that take host keys ([`crate::cache::FullKv::host_ready`]).
-    /// One token per row is what decoding feeds a CPU model, and this way a block needs no MLX
-    /// evaluation at all.
+    /// gate) and full caches that move to the host ([`crate::cache::FullKv::move_to_host`]:
+    /// every row's, before any row appends). One token per row is what decoding feeds a CPU
+    /// model, and this way a block needs no MLX evaluation at all.
     pub fn forward_host(
         &self,
         x: &[f32],
@@ -477,10 +477,16 @@ impl Attention {
         if !plain {
             return Ok(None);
         }
+        // moving a cache to the host can fail or decline; appending to one there cannot
         for b in 0..rows {
-            match ctx.layer_cache(b, layer) {
-                Some(LayerCache::FullKv(full)) if full.host_ready(kv_heads * d) => {}
-                _ => return Ok(None),
+            let moved = match ctx.layer_cache(b, layer) {
+                Some(LayerCache::FullKv(full)) => {
+                    full.move_to_host(kv_heads * d, self.n_kv_heads)?
+                }
+                _ => false,
+            };
+            if !moved {
+                return Ok(None);
             }
         }
         let Some((mut q, mut k, v)) = self.qkv.forward_host(x, rows)? else {
@@ -499,13 +505,14 @@ impl Attention {
             if let Some((w, eps)) = k_norm {
                 kb.copy_from_slice(&host::rms_norm(kb, w, eps));
             }
-            self.rope.rotate_host(qb, d, position);
-            self.rope.rotate_host(kb, d, position);
+            let angles = self.rope.angles(position);
+            self.rope.rotate_host(qb, d, &angles);
+            self.rope.rotate_host(kb, d, &angles);
             let Some(LayerCache::FullKv(full)) = ctx.layer_cache(b, layer) else {
                 return Err(Error::CacheMismatch { layer });
             };
             let held = full
-                .attend_host(kb, vb, self.n_kv_heads, position)?
+                .append_host(kb, vb, position)
                 .ok_or(Error::CacheMismatch { layer })?;
             out.extend(host::attend_one(
                 qb,
@@ -516,10 +523,15 @@ impl Attention {
                 scale,
             ));
         }
-        match self.attn_output.forward_host(&out, rows)? {
-            Some(y) => Ok(Some(y)),
-            None => Err(Error::CacheMismatch { layer }),
+        // the caches have moved on: from here the output is always produced
+        if let Some(y) = self.attn_output.forward_host(&out, rows)? {
+            return Ok(Some(y));
         }
+        let out = Array::from_slice(&out, &[rows as i32, 1, (heads * d) as i32]);
+        let y = self.attn_output.forward(&out)?;
+        Ok(Some(
+            host::rows_of(&y.as_dtype(Dtype::Float32)?)?.unwrap_or_default(),
+        ))
     }
 
     /// One row: rotate at the row's position, append to its cache, attend (to the keys
@@ -581,7 +593,6 @@ impl Attention {
     }
 }
 
-/// Row `b` of a `[batch, tokens, width]` array.
 /// `GMLX_HOST_ATTENTION=0` keeps a CPU decode's attention in MLX (for comparison).
 fn host_attention_enabled() -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -602,6 +613,7 @@ fn host_norm(norm: Option<&RmsNorm>, d: usize) -> Option<Option<(&[f32], f32)>> 
     }
 }
 
+/// Row `b` of a `[batch, tokens, width]` array.
 fn row3(a: &Array, b: i32, batch: i32) -> Result<Array> {
     if batch == 1 {
         return Ok(a.clone());

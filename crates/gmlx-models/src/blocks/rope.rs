@@ -61,19 +61,22 @@ impl Rope {
         }
     }
 
-    /// [`Rope::forward`] on the host: rotates, in place, `heads` row-major vectors of
-    /// `head_dim` values of one token at `position`.
-    pub fn rotate_host(&self, x: &mut [f32], head_dim: usize, position: i32) {
-        let half = self.inv_freqs.len();
+    /// Each rotating pair's cosine and sine at `position`, for [`Rope::rotate_host`].
+    pub fn angles(&self, position: i32) -> Vec<(f32, f32)> {
         let t = position as f32 * self.position_scale;
-        let angles: Vec<(f32, f32)> = self
-            .inv_freqs
+        self.inv_freqs
             .iter()
             .map(|f| {
                 let theta = t * f;
                 (theta.cos(), theta.sin())
             })
-            .collect();
+            .collect()
+    }
+
+    /// [`Rope::forward`] on the host: rotates, in place, row-major vectors of `head_dim`
+    /// values of one token by its position's [`Rope::angles`].
+    pub fn rotate_host(&self, x: &mut [f32], head_dim: usize, angles: &[(f32, f32)]) {
+        let half = angles.len();
         for head in x.chunks_exact_mut(head_dim.max(1)) {
             for (i, &(cos, sin)) in angles.iter().enumerate() {
                 let (a, b) = if self.traditional {
@@ -150,4 +153,78 @@ fn yarn_multipliers(config: &RopeConfig, yarn: &Yarn) -> Vec<f32> {
             freq_scale * (1.0 - ramp) + ramp
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rope;
+    use crate::config::{RopeConfig, Yarn};
+    use gmlx_mlx::Array;
+
+    /// `rotate_host` gives `Rope::forward`'s values: both pair layouts, partial rotation,
+    /// frequency factors and YaRN (its magnitude correction on every value), at a far position.
+    #[test]
+    fn host_rotation_matches_mlx() {
+        let (heads, head_dim) = (3usize, 16usize);
+        let plain = RopeConfig {
+            dims: 16,
+            base: 10000.0,
+            traditional: false,
+            position_scale: 1.0,
+            freq_factors: None,
+            yarn: None,
+            sections: None,
+        };
+        let configs = [
+            plain.clone(),
+            RopeConfig {
+                traditional: true,
+                ..plain.clone()
+            },
+            RopeConfig {
+                dims: 8,
+                position_scale: 0.5,
+                ..plain.clone()
+            },
+            RopeConfig {
+                freq_factors: Some((0..8).map(|i| 1.0 + i as f32).collect()),
+                ..plain.clone()
+            },
+            RopeConfig {
+                yarn: Some(Yarn {
+                    factor: 4.0,
+                    original_context: 4096,
+                    beta_fast: 32.0,
+                    beta_slow: 1.0,
+                    attn_factor: 1.0,
+                }),
+                ..plain
+            },
+        ];
+        let values: Vec<f32> = (0..heads * head_dim)
+            .map(|i| ((i * 37 % 17) as f32 - 8.0) / 4.0)
+            .collect();
+        for (c, config) in configs.iter().enumerate() {
+            let rope = Rope::new(config);
+            for position in [0, 7, 3000] {
+                let x = Array::from_slice(&values, &[1, heads as i32, 1, head_dim as i32]);
+                let want = rope.forward(&x, position).expect("rope");
+                want.eval().expect("eval");
+                let mut ours = values.clone();
+                rope.rotate_host(&mut ours, head_dim, &rope.angles(position));
+                let worst = ours
+                    .iter()
+                    .zip(want.as_slice::<f32>())
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                // two float32 computations of an angle `position * f` may differ by a few of
+                // its ulps (MLX's `exp` is not libm's): at position 3000, 2.4e-4 radians each
+                let tolerance = 1e-5 + position as f32 * 8.0 * f32::EPSILON * 2.0;
+                assert!(
+                    worst < tolerance,
+                    "config {c}, position {position}: {worst}"
+                );
+            }
+        }
+    }
 }

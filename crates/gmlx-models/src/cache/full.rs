@@ -10,7 +10,7 @@ pub const CHUNK_TOKENS: i32 = 256;
 
 /// Keys and values of one attention layer, `[batch, kv_heads, capacity, head_dim]`, of which
 /// the first `len` positions are filled; or, while a CPU decode attends on the host
-/// ([`FullKv::attend_host`]), in host memory.
+/// ([`FullKv::move_to_host`]), in host memory.
 #[derive(Debug, Clone, Default)]
 pub struct FullKv {
     keys: Buffer,
@@ -73,7 +73,7 @@ impl FullKv {
         self.len() == 0
     }
 
-    /// Whether the keys and values are in host memory ([`FullKv::attend_host`]).
+    /// Whether the keys and values are in host memory ([`FullKv::move_to_host`]).
     pub fn on_host(&self) -> bool {
         self.host.is_some()
     }
@@ -96,42 +96,51 @@ impl FullKv {
             + self.indexer_keys.as_ref().map_or(0, Buffer::nbytes)
     }
 
-    /// Appends one token's keys and values, `kv_heads` row-major vectors each, at `position`
-    /// (the number held) in host memory, moving what the buffers hold there first (once, after
-    /// a prefill), and returns every key and value held; `None` for a cache with an indexer's
-    /// keys or float keys of another type, which stays with MLX.
-    pub fn attend_host(
-        &mut self,
-        k: &[f32],
-        v: &[f32],
-        kv_heads: i32,
-        position: i32,
-    ) -> Result<Option<&HostKv>> {
-        debug_assert_eq!(position, self.len(), "a full cache is appended in order");
-        if !self.host_ready(k.len()) || v.len() != k.len() {
-            return Ok(None);
+    /// Moves what the buffers hold into host memory (once, after a prefill), for keys and
+    /// values of `kv_heads` vectors making `width` values per token. False, with nothing
+    /// changed, for a cache that stays with MLX: an indexer's keys, another width, keys or
+    /// values not float32 of one sequence.
+    pub fn move_to_host(&mut self, width: usize, kv_heads: i32) -> Result<bool> {
+        if self.indexer_keys.is_some() {
+            return Ok(false);
         }
-        if self.host.is_none() {
-            let moved = match (self.keys.is_empty(), self.keys.read_tokens()?) {
-                (true, _) => Some((Vec::new(), Vec::new())),
-                (false, Some(keys)) => self.values.read_tokens()?.map(|values| (keys, values)),
-                (false, None) => None,
-            };
-            let Some((keys, values)) = moved else {
-                return Ok(None);
-            };
-            self.keys = Buffer::default();
-            self.values = Buffer::default();
-            self.host = Some(HostKv {
-                keys,
-                values,
-                width: k.len(),
-                kv_heads,
-            });
+        if let Some(h) = &self.host {
+            return Ok(h.width == width);
         }
-        let Some(host) = self.host.as_mut() else {
-            unreachable!("made above");
+        let one_sequence_f32 = |b: &Buffer| {
+            b.data.as_ref().is_none_or(|a| {
+                a.dtype() == gmlx_mlx::Dtype::Float32
+                    && a.shape()[0] == 1
+                    && (a.shape()[1] * a.shape()[3]) as usize == width
+            })
         };
+        if !one_sequence_f32(&self.keys) || !one_sequence_f32(&self.values) {
+            return Ok(false);
+        }
+        let (Some(keys), Some(values)) = (self.keys.read_tokens()?, self.values.read_tokens()?)
+        else {
+            return Ok(false);
+        };
+        self.keys = Buffer::default();
+        self.values = Buffer::default();
+        self.host = Some(HostKv {
+            keys,
+            values,
+            width,
+            kv_heads,
+        });
+        Ok(true)
+    }
+
+    /// Appends one token's keys and values (`width` values each) at `position` (the number
+    /// held) to a cache [`FullKv::move_to_host`] moved, and returns every key and value held;
+    /// `None` for a cache not on the host or keys of another width.
+    pub fn append_host(&mut self, k: &[f32], v: &[f32], position: i32) -> Option<&HostKv> {
+        debug_assert_eq!(position, self.len(), "a full cache is appended in order");
+        let host = self.host.as_mut()?;
+        if host.width != k.len() || v.len() != k.len() {
+            return None;
+        }
         if host.keys.capacity() == host.keys.len() {
             let room = CHUNK_TOKENS as usize * host.width;
             host.keys.reserve_exact(room);
@@ -139,24 +148,7 @@ impl FullKv {
         }
         host.keys.extend_from_slice(k);
         host.values.extend_from_slice(v);
-        Ok(self.host.as_ref())
-    }
-
-    /// Whether [`FullKv::attend_host`] takes keys of `width` values: no indexer's keys, and
-    /// keys already on the host (of that width) or none yet or float32 ones of one sequence.
-    pub fn host_ready(&self, width: usize) -> bool {
-        if self.indexer_keys.is_some() {
-            return false;
-        }
-        match (&self.host, &self.keys.data) {
-            (Some(h), _) => h.width == width,
-            (None, None) => true,
-            (None, Some(keys)) => {
-                keys.dtype() == gmlx_mlx::Dtype::Float32
-                    && keys.shape()[0] == 1
-                    && (keys.shape()[1] * keys.shape()[3]) as usize == width
-            }
-        }
+        Some(host)
     }
 
     /// Moves keys and values held on the host back into MLX buffers (on failure they stay on

@@ -137,9 +137,10 @@ impl LayerCache {
     }
 }
 
-/// One sequence's caches, a layer each, and its position. A clone shares the arrays it holds
-/// (MLX arrays are immutable and appends make new ones), so it forks the sequence: several
-/// continuations of one prefilled prompt.
+/// One sequence's caches, a layer each, and its position. A clone shares the MLX arrays it
+/// holds (MLX arrays are immutable and appends make new ones) and copies keys and values a CPU
+/// decode moved into host memory, so it forks the sequence: several continuations of one
+/// prefilled prompt.
 #[derive(Debug, Clone)]
 pub struct SequenceCache {
     layers: Vec<LayerCache>,
