@@ -232,17 +232,13 @@ impl Buffer {
         Ok(slice(data, &[0, 0, 0, 0], &[s[0], s[1], self.len, s[3]])?)
     }
 
-    /// The filled part of a one-sequence float32 buffer, token-major (`[len, heads * width]`
-    /// row-major); `None` for another dtype or batch.
+    /// The filled part of a one-sequence float32 buffer (the caller checks both), token-major
+    /// (`[len, heads * width]` row-major); `None` if it cannot be read as float32.
     fn read_tokens(&self) -> Result<Option<Vec<f32>>> {
         if self.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let filled = self.read()?;
-        if filled.dtype() != gmlx_mlx::Dtype::Float32 || filled.shape()[0] != 1 {
-            return Ok(None);
-        }
-        let tokens = filled.transpose_axes(&[0, 2, 1, 3])?.contiguous()?;
+        let tokens = self.read()?.transpose_axes(&[0, 2, 1, 3])?.contiguous()?;
         tokens.eval()?;
         Ok(tokens.try_as_slice::<f32>().ok().map(<[f32]>::to_vec))
     }
