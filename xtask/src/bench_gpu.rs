@@ -1,10 +1,12 @@
-//! `cargo xtask bench gpu [--types T,..] [--depth N] [--gmlx BIN] [--llama-cpp DIR]`, on a
-//! machine with an NVIDIA GPU: llama.cpp's `llama-bench` (the pinned sdist built once with
-//! CUDA into `<cache>/llama.cpp-cuda-build`) and `gmlx run --device gpu --dtype bfloat16
-//! --bench` on the same Llama-3-8B-shaped random files (one per codec, written once into
+//! `cargo xtask bench gpu [--types T,..] [--depth N] [--rounds N] [--gmlx BIN] [--llama-cpp
+//! DIR]`, on a machine with an NVIDIA GPU: llama.cpp's `llama-bench` (the pinned sdist built
+//! once with CUDA into `<cache>/llama.cpp-cuda-build`) and `gmlx run --device gpu --dtype
+//! bfloat16 --bench` on the same Llama-3-8B-shaped random files (one per codec, written once into
 //! `<cache>/bench/` by `tools/bench/random_gguf.py`), in the same run: pp512, tg128 and tg128
 //! at depth `--depth` (for Q4_0 and Q4_K), their ratios and the weight bytes each decode reads
-//! per second. gmlx's decode also runs with host sampling (`GMLX_DEVICE_SAMPLING=0`) on the
+//! per second. llama-bench averages 3 repetitions; gmlx runs `--rounds` times (3), each a new
+//! process, and each cell is the median (one process's decode rate varied by up to 1.5x on an
+//! H100). gmlx's decode also runs with host sampling (`GMLX_DEVICE_SAMPLING=0`) on the
 //! first file, for the decode loop's share. The JSON line is kept under
 //! `bench/runs/<date>-<host>/gpu-llama3-8b.json`.
 //!
@@ -25,6 +27,7 @@ const TOKENIZER_SOURCE: &str = "tests/fixtures/qwen35/qwen35-Q8_0.gguf";
 struct Options {
     types: Vec<String>,
     depth: usize,
+    rounds: usize,
     gmlx: Option<PathBuf>,
     llama_cpp: Option<PathBuf>,
     python: Option<PathBuf>,
@@ -34,6 +37,7 @@ fn parse(args: &[String]) -> Result<Options> {
     let mut o = Options {
         types: TYPES.iter().map(|t| t.to_string()).collect(),
         depth: 8192,
+        rounds: 3,
         gmlx: None,
         llama_cpp: None,
         python: None,
@@ -53,12 +57,19 @@ fn parse(args: &[String]) -> Result<Options> {
                 }
             }
             "--depth" => o.depth = value("--depth")?.parse().context("--depth takes a count")?,
+            "--rounds" => {
+                o.rounds = value("--rounds")?
+                    .parse()
+                    .ok()
+                    .filter(|&r| r > 0)
+                    .context("--rounds takes a count above 0")?
+            }
             "--gmlx" => o.gmlx = Some(value("--gmlx")?.into()),
             "--llama-cpp" => o.llama_cpp = Some(value("--llama-cpp")?.into()),
             "--python" => o.python = Some(value("--python")?.into()),
             other => bail!(
                 "unexpected argument {other:?}; usage: cargo xtask bench gpu [--types {}] \
-                 [--depth N] [--gmlx BIN] [--llama-cpp DIR] [--python PY]",
+                 [--depth N] [--rounds N] [--gmlx BIN] [--llama-cpp DIR] [--python PY]",
                 TYPES.join(",")
             ),
         }
@@ -165,7 +176,32 @@ fn llama(exe: &Path, file: &Path, depth: Option<usize>) -> Result<(f64, f64, Opt
     Ok((rate(512, 0, 0)?, rate(0, 128, 0)?, deep))
 }
 
-/// gmlx's rows `(prompt, prefill tok/s, decode tok/s)` for `prompts`.
+/// gmlx's rows `(prompt, prefill tok/s, decode tok/s)` for `prompts`: each cell the median of
+/// `rounds` processes.
+fn gmlx_median(
+    exe: &Path,
+    file: &Path,
+    prompts: &[usize],
+    host_sampling: bool,
+    rounds: usize,
+) -> Result<Vec<[f64; 3]>> {
+    let runs = (0..rounds)
+        .map(|_| gmlx(exe, file, prompts, host_sampling))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((0..prompts.len())
+        .map(|row| {
+            let mut cell = [0.0; 3];
+            for (c, v) in cell.iter_mut().enumerate() {
+                let mut seen: Vec<f64> = runs.iter().map(|r| r[row][c]).collect();
+                seen.sort_by(f64::total_cmp);
+                *v = seen[seen.len() / 2];
+            }
+            cell
+        })
+        .collect())
+}
+
+/// One process's rows `(prompt, prefill tok/s, decode tok/s)` for `prompts`.
 fn gmlx(exe: &Path, file: &Path, prompts: &[usize], host_sampling: bool) -> Result<Vec<[f64; 3]>> {
     let list: Vec<String> = prompts.iter().map(usize::to_string).collect();
     let mut cmd = Command::new(exe);
@@ -246,11 +282,15 @@ pub fn run(args: &[String]) -> Result<()> {
             Some(_) => vec![512, depth_prompt],
             None => vec![512],
         };
-        eprintln!("xtask: {qtype}: gmlx run --device gpu --bench {prompts:?}");
-        let g = gmlx(&gmlx_exe, file, &prompts, false)?;
+        eprintln!(
+            "xtask: {qtype}: gmlx run --device gpu --bench {prompts:?}, {} rounds",
+            o.rounds
+        );
+        let g = gmlx_median(&gmlx_exe, file, &prompts, false, o.rounds)?;
         if i == 0 {
             eprintln!("xtask: {qtype}: the same with GMLX_DEVICE_SAMPLING=0");
-            host_loop = Some((qtype.clone(), gmlx(&gmlx_exe, file, &[512], true)?[0][2]));
+            let host = gmlx_median(&gmlx_exe, file, &[512], true, o.rounds)?;
+            host_loop = Some((qtype.clone(), host[0][2]));
         }
         let bytes = std::fs::metadata(file)?.len() as f64;
         rows.push(serde_json::json!({
@@ -305,7 +345,7 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
     let json = serde_json::json!({
-        "bench": "gpu", "shape": "llama3-8b", "gpu": gpu, "depth": o.depth,
+        "bench": "gpu", "shape": "llama3-8b", "gpu": gpu, "depth": o.depth, "gmlx_rounds": o.rounds,
         "gmlx_decode_host_sampling": host_loop.map(|(t, v)| serde_json::json!({"type": t, "tg128": v})),
         "rows": rows,
     });
