@@ -19,6 +19,9 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::qmm::{Mode, Packed};
 
+mod dequant;
+pub use dequant::dequantize;
+
 /// Rows of `x` up to which this kernel beats dequantize-then-BLAS for 2, 4 and 8 bits
 /// (`benches/qmm.rs`).
 pub const MAX_ROWS: usize = 24;
@@ -47,6 +50,12 @@ pub fn handles(x: &Array, p: &Packed<'_>, rows: usize) -> bool {
 
 /// Whether the kernel handles `rows` float32 rows times this weight (see [`handles`]).
 pub fn handles_rows(p: &Packed<'_>, rows: usize) -> bool {
+    dequantizes(p) && rows <= max_rows(p.bits)
+}
+
+/// Whether [`dequantize`] reads this weight: affine codes of 2 to 6 or 8 bits in groups of a
+/// multiple of 32, float32 scales and biases, 2-D, on a little-endian processor.
+pub fn dequantizes(p: &Packed<'_>) -> bool {
     cfg!(target_endian = "little")
         && p.mode == Mode::Affine
         && matches!(p.bits, 2..=6 | 8)
@@ -54,7 +63,6 @@ pub fn handles_rows(p: &Packed<'_>, rows: usize) -> bool {
         && p.w.ndim() == 2
         && p.scales.dtype() == Dtype::Float32
         && p.biases.is_some_and(|b| b.dtype() == Dtype::Float32)
-        && rows <= max_rows(p.bits)
 }
 
 /// `x @ W^T` for `x [..., cols]`; the caller has checked [`handles`].
@@ -88,6 +96,29 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
 /// `x @ W^T` for `rows` row-major rows of `x` on the host, row-major `[rows, features]`; the
 /// caller has checked [`handles_rows`].
 pub fn matmul_rows(xs: &[f32], rows: usize, p: Packed<'_>) -> Result<Vec<f32>> {
+    let weight = affine(p)?;
+    if xs.len() != rows * weight.cols {
+        return Err(host_error(format!(
+            "x holds {} floats, not {rows} rows of the weight's {} columns",
+            xs.len(),
+            weight.cols
+        )));
+    }
+    let by_feature = weight.multiply(xs, rows);
+    if rows == 1 {
+        return Ok(by_feature);
+    }
+    let mut out = vec![0f32; rows * weight.features];
+    for (n, values) in by_feature.chunks_exact(rows.max(1)).enumerate() {
+        for (r, v) in values.iter().enumerate() {
+            out[r * weight.features + n] = *v;
+        }
+    }
+    Ok(out)
+}
+
+/// The packed weight's host slices, checked against its shape (the operands must be evaluated).
+fn affine(p: Packed<'_>) -> Result<Affine<'_>> {
     let biases = p
         .biases
         .ok_or_else(|| host_error("affine weight without biases"))?;
@@ -114,24 +145,7 @@ pub fn matmul_rows(xs: &[f32], rows: usize, p: Packed<'_>) -> Result<Vec<f32>> {
             weight.bits
         )));
     }
-    if xs.len() != rows * weight.cols {
-        return Err(host_error(format!(
-            "x holds {} floats, not {rows} rows of the weight's {} columns",
-            xs.len(),
-            weight.cols
-        )));
-    }
-    let by_feature = weight.multiply(xs, rows);
-    if rows == 1 {
-        return Ok(by_feature);
-    }
-    let mut out = vec![0f32; rows * weight.features];
-    for (n, values) in by_feature.chunks_exact(rows.max(1)).enumerate() {
-        for (r, v) in values.iter().enumerate() {
-            out[r * weight.features + n] = *v;
-        }
-    }
-    Ok(out)
+    Ok(weight)
 }
 
 fn host_error(e: impl std::fmt::Display) -> Error {

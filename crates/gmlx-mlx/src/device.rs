@@ -69,6 +69,14 @@ pub fn resolve(choice: DeviceChoice) -> Result<DeviceKind> {
     }
 }
 
+/// The kind of MLX's default device now (on this thread), `None` where MLX cannot say.
+pub fn current() -> Option<DeviceKind> {
+    match Device::try_default().and_then(|d| d.get_type()).ok()? {
+        DeviceType::Cpu => Some(DeviceKind::Cpu),
+        DeviceType::Gpu => Some(DeviceKind::Gpu),
+    }
+}
+
 /// Resolves a choice and makes it MLX's default device for this process.
 pub fn use_device(choice: DeviceChoice) -> Result<DeviceKind> {
     let kind = resolve(choice)?;

@@ -24,6 +24,7 @@ pub mod custom_vjp;
 pub mod device;
 mod error;
 pub mod memory;
+pub mod owned;
 pub mod precision;
 pub mod qmm;
 pub mod quant;

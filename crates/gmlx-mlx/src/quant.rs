@@ -116,6 +116,12 @@ pub fn host_products() -> ProductsGuard {
     ProductsGuard::set(&HOST_PRODUCTS)
 }
 
+/// Whether host computation may cut the graph being built on this thread: a [`host_products`]
+/// guard is alive and no [`training_products`] one (the pass is inference).
+pub fn host_work_allowed() -> bool {
+    HOST_PRODUCTS.with(|f| f.get()) && !training()
+}
+
 /// How a product of a packed weight is computed.
 enum Route {
     /// MLX's quantized matmul.
@@ -131,9 +137,8 @@ enum Route {
 }
 
 fn route(x: &Array, p: &Packed<'_>) -> Result<Route> {
-    let device = mlx_rs::Device::try_default()?;
     let rows = rows_of(x);
-    if !matches!(device.get_type()?, mlx_rs::DeviceType::Cpu) {
+    if crate::device::current() != Some(crate::device::DeviceKind::Cpu) {
         let training = TRAINING.with(|f| f.get());
         return Ok(if !training && crate::cuda_qmv::applies(x, p, rows) {
             Route::CudaVector
@@ -155,6 +160,19 @@ fn route(x: &Array, p: &Packed<'_>) -> Result<Route> {
     } else {
         Ok(Route::Quantized)
     }
+}
+
+/// `x @ W^T` through a float32 copy of `W` made for this product. On the CPU, a weight
+/// [`crate::cpu_qmm::dequantizes`] is dequantized on the host over both cores, and the product
+/// is evaluated at once so that one dequantized weight at a time is alive (a whole prefill's
+/// graph would otherwise hold every layer's); others go through MLX's `dequantize`.
+fn dense_product(x: &Array, p: Packed<'_>) -> Result<Array> {
+    if crate::cpu_qmm::dequantizes(&p) {
+        let y = x.matmul(crate::cpu_qmm::dequantize(p)?.t())?;
+        y.eval()?;
+        return Ok(y);
+    }
+    Ok(x.matmul(qmm::dequantize(p)?.t())?)
 }
 
 fn rows_of(x: &Array) -> usize {
@@ -730,7 +748,7 @@ impl QuantWeight {
                 Route::Quantized => qmm::quantized_matmul(x, p, true),
                 Route::Host => crate::cpu_qmm::matmul(x, p),
                 Route::CudaVector => crate::cuda_qmv::matmul(x, p),
-                Route::Dense => Ok(x.matmul(qmm::dequantize(p)?.t())?),
+                Route::Dense => dense_product(x, p),
                 Route::DenseRecomputed => recomputed_dense(x, p),
             },
             View::Dense(w) => Ok(x.matmul(w.t())?),
@@ -743,12 +761,9 @@ impl QuantWeight {
         let View::Packed(p) = self.view() else {
             return false;
         };
-        HOST_PRODUCTS.with(|f| f.get())
-            && !TRAINING.with(|f| f.get())
+        host_work_allowed()
             && crate::cpu_qmm::handles_rows(&p, rows)
-            && mlx_rs::Device::try_default()
-                .and_then(|d| d.get_type())
-                .is_ok_and(|t| matches!(t, mlx_rs::DeviceType::Cpu))
+            && crate::device::current() == Some(crate::device::DeviceKind::Cpu)
     }
 
     /// `x @ W^T` for `rows` row-major float32 rows on the host (the kernel of

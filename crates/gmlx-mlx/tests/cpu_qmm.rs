@@ -157,3 +157,35 @@ fn a_packed_weight_that_does_not_add_up_is_an_error() -> R<()> {
     assert!(e.to_string().contains("does not hold"), "{e}");
     Ok(())
 }
+
+/// The host dequantization that CPU products of many rows multiply with BLAS gives MLX's own
+/// values: `scale * code + bias` (MLX rounds after the product and the sum), equal to the bit, for every
+/// width and group size, and a weight whose feature count is not a multiple of the task size.
+#[test]
+fn host_dequantization_equals_mlx_dequantization() -> R<()> {
+    Device::set_default(&Device::cpu());
+    for bits in [2, 3, 4, 5, 6, 8] {
+        for group_size in [32, 64, 128] {
+            let q = Quantized::new(37, 384, group_size, bits, 13)?;
+            assert!(cpu_qmm::dequantizes(&q.packed()));
+            let ours = cpu_qmm::dequantize(q.packed())?;
+            assert_eq!(ours.shape(), &[37, 384]);
+            let ours = host(&ours)?;
+            let mlx = host(&gmlx_mlx::qmm::dequantize(q.packed())?)?;
+            let differing: Vec<(usize, f32, f32)> = ours
+                .iter()
+                .zip(&mlx)
+                .enumerate()
+                .filter(|(_, (a, b))| a != b)
+                .map(|(i, (a, b))| (i, *a, *b))
+                .collect();
+            assert!(
+                differing.is_empty(),
+                "bits {bits} group {group_size}: {} differ, first {:?}",
+                differing.len(),
+                &differing[..differing.len().min(4)]
+            );
+        }
+    }
+    Ok(())
+}

@@ -61,9 +61,7 @@ fn decoder(w: &Weights<'_>, config: &ModelConfig) -> Result<Decoder> {
     let embd = Tensor::TokenEmbd.weight(0);
     // On a GPU the table stays resident: a row read from the file needs the token id on the
     // host, which would wait for every decoded token before the next step could be queued.
-    let on_gpu = gmlx_mlx::mlx_rs::Device::try_default()
-        .and_then(|d| d.get_type())
-        .is_ok_and(|t| matches!(t, gmlx_mlx::mlx_rs::DeviceType::Gpu));
+    let on_gpu = gmlx_mlx::device::current() == Some(gmlx_mlx::device::DeviceKind::Gpu);
     let token_embd = match &output {
         // untied on the CPU: only looked up, so read from the file as tokens ask
         Some(_) if !on_gpu => match w.mapped_rows(&embd, &[c.hidden as u64, c.vocab as u64])? {

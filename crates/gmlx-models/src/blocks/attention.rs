@@ -465,7 +465,7 @@ impl Attention {
         ) else {
             return Ok(None);
         };
-        let plain = host_attention_enabled()
+        let plain = super::cpu_attention::enabled()
             && self.qsa.is_none()
             && self.sinks.is_none()
             && self.window.is_none()
@@ -591,12 +591,6 @@ impl Attention {
             v.linear(&mut qsa.k_proj);
         }
     }
-}
-
-/// `GMLX_HOST_ATTENTION=0` keeps a CPU decode's attention in MLX (for comparison).
-fn host_attention_enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var("GMLX_HOST_ATTENTION").map_or(true, |v| v.trim() != "0"))
 }
 
 /// A per-head norm's float32 weight of `d` values and its epsilon, read in place: `Some(None)`

@@ -41,7 +41,8 @@ pub fn attention(
     blocked(q, k, v, scale, mask, sinks, BLOCK)
 }
 
-/// MLX's attention over all queries at once.
+/// Attention over all queries at once: on the CPU for many queries [`super::cpu_attention`],
+/// else MLX's.
 pub fn whole(
     q: &Array,
     k: &Array,
@@ -50,6 +51,9 @@ pub fn whole(
     mask: &KeyMask,
     sinks: Option<&Array>,
 ) -> Result<Array> {
+    if let Some(out) = super::cpu_attention::attention(q, k, v, scale, mask, sinks)? {
+        return Ok(out);
+    }
     let mask = match mask {
         KeyMask::All => None,
         KeyMask::Causal => Some(ScaledDotProductAttentionMask::Causal),

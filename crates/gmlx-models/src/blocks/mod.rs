@@ -4,6 +4,7 @@ pub mod attn_res;
 pub mod blocked_attention;
 pub mod compressed;
 pub mod context;
+pub mod cpu_attention;
 pub mod decoder;
 pub mod delta_net;
 pub mod delta_rule;
