@@ -53,6 +53,33 @@ pub fn silu_times(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// Elements from which [`silu_times_pass`] computes on the host: a prompt's pass (a decode
+/// step's few rows stay in MLX's graph, or on the host already).
+const SILU_PASS_MIN: usize = 1 << 16;
+
+/// `silu(gate) * up` for a CPU inference pass of many rows on the host, over the rayon pool
+/// (MLX's CPU `sigmoid` runs on one thread with a scalar `exp`): `None`, before any work,
+/// elsewhere (another device or dtype, a graph that may be differentiated, few elements).
+pub fn silu_times_pass(gate: &Array, up: &Array) -> Result<Option<Array>> {
+    use rayon::prelude::*;
+    let taken = gate.dtype() == Dtype::Float32
+        && up.dtype() == Dtype::Float32
+        && gate.shape() == up.shape()
+        && gate.size() >= SILU_PASS_MIN
+        && gmlx_mlx::quant::host_work_allowed()
+        && gmlx_mlx::device::current() == Some(gmlx_mlx::device::DeviceKind::Cpu);
+    if !taken {
+        return Ok(None);
+    }
+    let (Some(mut g), Some(u)) = (rows_of(gate)?, rows_of(up)?) else {
+        return Ok(None);
+    };
+    g.par_chunks_mut(1 << 12)
+        .zip(u.par_chunks(1 << 12))
+        .for_each(|(g, u)| silu_times(g, u));
+    Ok(Some(gmlx_mlx::owned::f32_array(g, gate.shape())?))
+}
+
 /// `sum(a * b)` in eight lanes (as a vector unit sums).
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
@@ -127,7 +154,41 @@ pub fn attend_one(
 
 #[cfg(test)]
 mod tests {
-    use super::attend_one;
+    use super::{attend_one, silu_times_pass};
+    use gmlx_mlx::mlx_rs::{random, Device};
+    use gmlx_mlx::ops;
+
+    /// A prompt-sized pass on the host gives MLX's `gate * sigmoid(gate) * up`, and is declined
+    /// where the graph may be differentiated or the pass is a decode step's few rows.
+    #[test]
+    fn silu_of_a_pass_matches_mlx_and_only_runs_for_inference() {
+        Device::set_default(&Device::cpu());
+        let normal = |shape: &[i32], seed| {
+            random::normal::<f32>(shape, None, None, &random::key(seed).expect("key"))
+                .expect("normal")
+        };
+        let (gate, up) = (normal(&[1, 64, 1536], 1), normal(&[1, 64, 1536], 2));
+        assert!(silu_times_pass(&gate, &up).expect("no error").is_none());
+        let _host = gmlx_mlx::quant::host_products();
+        let ours = silu_times_pass(&gate, &up)
+            .expect("no error")
+            .expect("taken");
+        let mlx = gate
+            .multiply(ops::sigmoid(&gate).expect("sigmoid"))
+            .and_then(|g| g.multiply(&up))
+            .expect("mlx");
+        let worst = ours
+            .subtract(&mlx)
+            .and_then(|d| d.abs())
+            .and_then(|d| d.max(None))
+            .expect("difference");
+        assert!(worst.item_exact::<f32>() < 1e-5);
+        assert_eq!(ours.shape(), gate.shape());
+        let (few_gate, few_up) = (normal(&[1, 2, 1536], 3), normal(&[1, 2, 1536], 4));
+        assert!(silu_times_pass(&few_gate, &few_up)
+            .expect("no error")
+            .is_none());
+    }
 
     /// Softmax attention in float64, one query head at a time.
     fn reference(q: &[f32], k: &[f32], v: &[f32], kv_heads: usize, d: usize) -> Vec<f64> {

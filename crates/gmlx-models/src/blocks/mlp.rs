@@ -25,7 +25,12 @@ impl Glu {
 
     fn apply_promoted(self, gate: &Array, up: &Array) -> Result<Array> {
         match self {
-            Glu::Silu => Ok(gate.multiply(ops::sigmoid(gate)?)?.multiply(up)?),
+            Glu::Silu => {
+                if let Some(out) = crate::blocks::host::silu_times_pass(gate, up)? {
+                    return Ok(out);
+                }
+                Ok(gate.multiply(ops::sigmoid(gate)?)?.multiply(up)?)
+            }
             Glu::SiluClamped { limit } => crate::blocks::moe::swiglu_clamped(gate, up, limit),
             Glu::Situ { beta, linear_beta } => {
                 let soft_cap = |x: &Array, b: f32| -> Result<Array> {
