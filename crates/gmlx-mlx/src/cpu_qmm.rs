@@ -59,6 +59,7 @@ pub fn dequantizes(p: &Packed<'_>) -> bool {
     cfg!(target_endian = "little")
         && p.mode == Mode::Affine
         && matches!(p.bits, 2..=6 | 8)
+        && p.group_size > 0
         && p.group_size % 32 == 0
         && p.w.ndim() == 2
         && p.scales.dtype() == Dtype::Float32

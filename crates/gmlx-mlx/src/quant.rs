@@ -162,12 +162,12 @@ fn route(x: &Array, p: &Packed<'_>) -> Result<Route> {
     }
 }
 
-/// `x @ W^T` through a float32 copy of `W` made for this product. On the CPU, a weight
-/// [`crate::cpu_qmm::dequantizes`] is dequantized on the host over both cores, and the product
-/// is evaluated at once so that one dequantized weight at a time is alive (a whole prefill's
+/// `x @ W^T` through a float32 copy of `W` made for this product. On the CPU in inference
+/// ([`host_work_allowed`]), a weight [`crate::cpu_qmm::dequantizes`] is dequantized on the host
+/// over both cores, and the product is evaluated at once so that one dequantized weight at a time is alive (a whole prefill's
 /// graph would otherwise hold every layer's); others go through MLX's `dequantize`.
 fn dense_product(x: &Array, p: Packed<'_>) -> Result<Array> {
-    if crate::cpu_qmm::dequantizes(&p) {
+    if host_work_allowed() && crate::cpu_qmm::dequantizes(&p) {
         let y = x.matmul(crate::cpu_qmm::dequantize(p)?.t())?;
         y.eval()?;
         return Ok(y);

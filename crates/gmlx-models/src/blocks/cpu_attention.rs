@@ -62,6 +62,7 @@ fn in_pieces(
         && kv_heads > 0
         && heads % kv_heads == 0
         && keys >= queries
+        && v.shape().get(3) == Some(&d)
         && [q, k, v].iter().all(|a| a.dtype() == Dtype::Float32)
         && gmlx_mlx::quant::host_work_allowed()
         && device::current() == Some(DeviceKind::Cpu);
@@ -89,6 +90,7 @@ fn in_pieces(
         let Some(mut s) = super::host::rows_of(&scores)? else {
             return Ok(None);
         };
+        drop(scores);
         // the piece's first query sees keys up to this one (causal, aligned to the last key)
         let first_visible = keys - queries + start;
         softmax_rows(
@@ -98,7 +100,12 @@ fn in_pieces(
             causal.then_some(first_visible as usize),
         );
         let p = gmlx_mlx::owned::f32_array(s, &[batch, kv_heads, group * n, keys])?;
-        outs.push(p.matmul(v)?.reshape(&[batch, heads, n, d])?);
+        let out = p.matmul(v)?.reshape(&[batch, heads, n, d])?;
+        if n < queries {
+            // one piece's probabilities at a time: evaluated, they are freed
+            out.eval()?;
+        }
+        outs.push(out);
     }
     Ok(Some(if outs.len() == 1 {
         outs.remove(0)
@@ -200,7 +207,7 @@ mod tests {
     }
 
     /// What it leaves to MLX: graphs that may be differentiated, masks given as arrays, sinks,
-    /// few queries, other dtypes.
+    /// few queries, values of another head size, other dtypes.
     #[test]
     fn declines_what_it_does_not_compute() {
         Device::set_default(&Device::cpu());
@@ -228,6 +235,15 @@ mod tests {
         )));
         let few = normal(&[1, 2, 4, 8], 4);
         assert!(none(attention(&few, &k, &k, 1.0, &KeyMask::Causal, None)));
+        let wider_values = normal(&[1, 2, 16, 12], 5);
+        assert!(none(attention(
+            &q,
+            &k,
+            &wider_values,
+            1.0,
+            &KeyMask::Causal,
+            None
+        )));
         let half = q.as_dtype(Dtype::Float16).expect("cast");
         assert!(none(attention(&half, &k, &k, 1.0, &KeyMask::Causal, None)));
     }
