@@ -117,11 +117,9 @@ pub fn host_products() -> ProductsGuard {
 }
 
 /// Whether host computation may cut the graph being built on this thread: a [`host_products`]
-/// guard is alive and no [`training_products`] one (the pass is inference), on the CPU.
+/// guard is alive and no [`training_products`] one (the pass is inference).
 pub fn host_work_allowed() -> bool {
-    HOST_PRODUCTS.with(|f| f.get())
-        && !training()
-        && crate::device::current() == Some(crate::device::DeviceKind::Cpu)
+    HOST_PRODUCTS.with(|f| f.get()) && !training()
 }
 
 /// How a product of a packed weight is computed.
@@ -166,9 +164,8 @@ fn route(x: &Array, p: &Packed<'_>) -> Result<Route> {
 
 /// `x @ W^T` through a float32 copy of `W` made for this product. On the CPU in inference
 /// ([`host_work_allowed`]), a weight [`crate::cpu_qmm::dequantizes`] is dequantized on the host
-/// over both cores, and the product is evaluated at once so that one dequantized weight at a
-/// time is alive (a whole prefill's graph would otherwise hold every layer's); others go
-/// through MLX's `dequantize`.
+/// over both cores, and the product is evaluated at once so that one dequantized weight at a time is alive (a whole prefill's
+/// graph would otherwise hold every layer's); others go through MLX's `dequantize`.
 fn dense_product(x: &Array, p: Packed<'_>) -> Result<Array> {
     if host_work_allowed() && crate::cpu_qmm::dequantizes(&p) {
         let y = x.matmul(crate::cpu_qmm::dequantize(p)?.t())?;
@@ -764,7 +761,9 @@ impl QuantWeight {
         let View::Packed(p) = self.view() else {
             return false;
         };
-        host_work_allowed() && crate::cpu_qmm::handles_rows(&p, rows)
+        host_work_allowed()
+            && crate::cpu_qmm::handles_rows(&p, rows)
+            && crate::device::current() == Some(crate::device::DeviceKind::Cpu)
     }
 
     /// `x @ W^T` for `rows` row-major float32 rows on the host (the kernel of
