@@ -220,7 +220,7 @@ fn seeded_requests_match_their_solo_runs_under_concurrency() {
     let body = |i: u64| {
         let mut b = chat(&format!("Write a word about the number {i}."), 12);
         b["temperature"] = json!(0.9);
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             b["seed"] = json!(1000 + i);
         }
         b

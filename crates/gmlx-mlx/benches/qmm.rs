@@ -1,12 +1,14 @@
 //! CPU quantized matmul strategies on one SmolLM2-sized projection (1536 x 576, 4- and
-//! 5-bit, group 32): MLX's `quantized_matmul`, the host kernel of `gmlx_mlx::cpu_qmm`, and
+//! 8- and 5-bit, group 32): MLX's `quantized_matmul`, each host kernel of `gmlx_mlx::cpu_qmm`
+//! this processor runs (the widest is "host"), and
 //! dequantize-then-BLAS, from decode (M = 1) to prefill (M = 128) shapes, measured in the
 //! same run. `cargo bench -p gmlx-mlx --bench qmm`.
 use std::time::Instant;
 
+use gmlx_mlx::cpu_qmm::{self, Kernel};
 use gmlx_mlx::mlx_rs::{self, random, Device};
 use gmlx_mlx::qmm::{Mode, Packed};
-use gmlx_mlx::{cpu_qmm, ops, Array};
+use gmlx_mlx::{ops, Array};
 
 fn time(reps: usize, f: impl Fn() -> Array) -> f64 {
     f().eval().ok();
@@ -21,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Device::set_default(&Device::cpu());
     let (n, k) = (1536, 576);
     let w = random::normal::<f32>(&[n, k], None, None, &random::key(1)?)?;
-    for bits in [4, 5] {
+    for bits in [4, 8, 5] {
         let (wq, s, b) = ops::quantize(&w, 32, bits)?;
         let packed = Packed {
             w: &wq,
@@ -32,10 +34,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             mode: Mode::Affine,
         };
         println!("{bits}-bit, group 32");
-        println!(
-            "{:>5} {:>12} {:>12} {:>12} {:>14} {:>14}",
-            "M", "mlx qmm ms", "host ms", "deq+BLAS ms", "host vs mlx", "host vs BLAS"
-        );
+        let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
+        print!("{:>5} {:>12} {:>12}", "M", "mlx qmm ms", "deq+BLAS ms");
+        for k in &kernels {
+            print!(" {:>12}", format!("{} ms", k.name()));
+        }
+        println!(" {:>14} {:>14}", "host vs mlx", "host vs BLAS");
         for m in [1, 2, 4, 8, 16, 24, 32, 128] {
             let x = random::normal::<f32>(&[m, k], None, None, &random::key(2)?)?;
             x.eval()?;
@@ -43,16 +47,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let q = time(reps, || {
                 ops::quantized_matmul(&x, &wq, &s, &b, true, 32, bits).expect("qmm")
             });
-            let h = time(reps, || cpu_qmm::matmul(&x, packed).expect("host qmm"));
+            let host: Vec<f64> = kernels
+                .iter()
+                .map(|&k| {
+                    time(reps, || {
+                        cpu_qmm::matmul_with(&x, packed, k).expect("host qmm")
+                    })
+                })
+                .collect();
+            let h = host[0];
             let d = time(reps, || {
                 let wd = ops::dequantize(&wq, &s, &b, 32, bits).expect("dequantize");
                 x.matmul(wd.t()).expect("matmul")
             });
-            println!(
-                "{m:>5} {q:>12.3} {h:>12.3} {d:>12.3} {:>13.2}x {:>13.2}x",
-                q / h,
-                d / h
-            );
+            print!("{m:>5} {q:>12.3} {d:>12.3}");
+            for t in &host {
+                print!(" {t:>12.3}");
+            }
+            println!(" {:>13.2}x {:>13.2}x", q / h, d / h);
         }
     }
     let _ = mlx_rs::memory::clear_cache();

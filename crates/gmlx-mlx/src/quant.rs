@@ -33,6 +33,9 @@ enum Data {
         group_size: i32,
         bits: i32,
         mode: Mode,
+        /// Float16 scales and biases of a float32 weight (every value exactly a float16):
+        /// widened for MLX's kernels, read as they are by the host kernel.
+        compact: bool,
     },
     Dense(Array),
 }
@@ -48,6 +51,7 @@ impl Data {
                 group_size,
                 bits,
                 mode,
+                compact,
             } => Data::Packed {
                 w: f(w)?,
                 scales: f(scales)?,
@@ -55,6 +59,7 @@ impl Data {
                 group_size: *group_size,
                 bits: *bits,
                 mode: *mode,
+                compact: *compact,
             },
             Data::Dense(a) => Data::Dense(f(a)?),
         })
@@ -162,17 +167,15 @@ fn route(x: &Array, p: &Packed<'_>) -> Result<Route> {
     }
 }
 
-/// `x @ W^T` through a float32 copy of `W` made for this product. On the CPU in inference
-/// ([`host_work_allowed`]), a weight [`crate::cpu_qmm::dequantizes`] is dequantized on the host
-/// over both cores, and the product is evaluated at once so that one dequantized weight at a time is alive (a whole prefill's
-/// graph would otherwise hold every layer's); others go through MLX's `dequantize`.
-fn dense_product(x: &Array, p: Packed<'_>) -> Result<Array> {
-    if host_work_allowed() && crate::cpu_qmm::dequantizes(&p) {
-        let y = x.matmul(crate::cpu_qmm::dequantize(p)?.t())?;
-        y.eval()?;
-        return Ok(y);
-    }
-    Ok(x.matmul(qmm::dequantize(p)?.t())?)
+/// `x @ W^T` through a float32 copy of `W` made for this product on the host over both cores
+/// (on the CPU in inference, [`host_work_allowed`], for float32 `x` and a weight
+/// [`crate::cpu_qmm::dequantizes`]; others go through MLX's `dequantize`). The product is
+/// evaluated at once so that one dequantized weight at a time is alive (a whole prefill's graph
+/// would otherwise hold every layer's).
+fn host_dense_product(x: &Array, p: Packed<'_>) -> Result<Array> {
+    let y = x.matmul(crate::cpu_qmm::dequantize(p)?.t())?;
+    y.eval()?;
+    Ok(y)
 }
 
 fn rows_of(x: &Array) -> usize {
@@ -300,9 +303,11 @@ impl HostMatrix {
     }
 
     /// The MLX arrays, each with `lead` (`[experts, rows]`, `[rows]`, or `[]` for a vector) in
-    /// front of its per-row data of a matrix with `cols` inputs. Dense values and half-precision side data take
-    /// `dtype`; under float32 the affine scales and biases stay float32 (exact).
-    fn to_data(&self, lead: &[i32], cols: i32, dtype: Dtype) -> Result<Data> {
+    /// front of its per-row data of a matrix with `cols` inputs. Dense values and half-precision
+    /// side data take `dtype`; under float32 the affine scales and biases stay float32 (exact),
+    /// or with `compact` become float16 where every one of them is exactly a float16 (the
+    /// legacy quants' and 8-bit's: the file's own bytes).
+    fn to_data(&self, lead: &[i32], cols: i32, dtype: Dtype, compact: bool) -> Result<Data> {
         let shaped = |last: i32| -> Vec<i32> { lead.iter().copied().chain([last]).collect() };
         Ok(match self {
             HostMatrix::Affine {
@@ -313,13 +318,19 @@ impl HostMatrix {
                 group_size,
             } => {
                 let groups = cols / group_size;
+                let compact = compact
+                    && dtype == Dtype::Float32
+                    && exactly_half(scales)
+                    && exactly_half(biases);
+                let side = if compact { Dtype::Float16 } else { dtype };
                 Data::Packed {
                     w: Array::from_slice(q, &shaped(cols * bits / 32)),
-                    scales: Array::from_slice(scales, &shaped(groups)).as_dtype(dtype)?,
-                    biases: Some(Array::from_slice(biases, &shaped(groups)).as_dtype(dtype)?),
+                    scales: Array::from_slice(scales, &shaped(groups)).as_dtype(side)?,
+                    biases: Some(Array::from_slice(biases, &shaped(groups)).as_dtype(side)?),
                     group_size: *group_size,
                     bits: *bits,
                     mode: Mode::Affine,
+                    compact,
                 }
             }
             HostMatrix::Mxfp4 { q, scales } => Data::Packed {
@@ -329,12 +340,20 @@ impl HostMatrix {
                 group_size: 32,
                 bits: 4,
                 mode: Mode::Mxfp4,
+                compact: false,
             },
             HostMatrix::Dense(values) => {
                 Data::Dense(Array::from_slice(values, &shaped(cols)).as_dtype(dtype)?)
             }
         })
     }
+}
+
+/// Whether every value is exactly a float16.
+fn exactly_half(values: &[f32]) -> bool {
+    values
+        .iter()
+        .all(|&v| half::f16::from_f32(v).to_f32().to_bits() == v.to_bits())
 }
 
 /// Borrowed access to either form.
@@ -364,7 +383,9 @@ fn dim(name: &str, value: u64) -> Result<i32> {
 impl QuantWeight {
     /// Builds the weight straight from the file's memory map. `dtype` is the activation dtype:
     /// dense weights are stored in it; affine scales and biases stay float32 when it is
-    /// float32 (exact), else take it.
+    /// float32 (exact), else take it. A float32 matrix on the CPU whose scales and biases are
+    /// all exactly float16 (the legacy quants' and Q8_0's: the file's own values) keeps them as
+    /// float16, so it holds no more bytes than the file; MLX's kernels get them widened.
     pub fn from_gguf(file: &GgufFile, info: &TensorInfo, dtype: Dtype) -> Result<QuantWeight> {
         let name = info.name.clone();
         let cols = dim(&name, info.row_len())?;
@@ -391,7 +412,11 @@ impl QuantWeight {
                 source,
             },
         )?;
-        let data = host.to_data(&lead, cols, dtype)?;
+        // a matrix on the CPU keeps exact float16 side data (the host kernel reads it)
+        let compact = experts.is_none()
+            && lead.len() == 1
+            && crate::device::current() == Some(crate::device::DeviceKind::Cpu);
+        let data = host.to_data(&lead, cols, dtype, compact)?;
         Ok(QuantWeight {
             name,
             codec: info.ggml_type,
@@ -414,7 +439,7 @@ impl QuantWeight {
         Ok(QuantWeight {
             name: name.into(),
             codec,
-            data: host.to_data(&[experts, rows], cols, dtype)?,
+            data: host.to_data(&[experts, rows], cols, dtype, false)?,
             rows,
             cols,
             experts: Some(experts),
@@ -442,6 +467,7 @@ impl QuantWeight {
                 group_size,
                 bits,
                 mode: Mode::Affine,
+                compact: false,
             }
         } else if codec == GgmlType::MXFP4 {
             Data::Packed {
@@ -451,6 +477,7 @@ impl QuantWeight {
                 group_size: 32,
                 bits: 4,
                 mode: Mode::Mxfp4,
+                compact: false,
             }
         } else {
             Data::Dense(zeros(cols, dtype)?)
@@ -473,7 +500,7 @@ impl QuantWeight {
             Data::Packed { scales, .. } => scales.dtype(),
             Data::Dense(a) => a.dtype(),
         };
-        let update = host.to_data(&[1, rows], cols, dtype)?;
+        let update = host.to_data(&[1, rows], cols, dtype, false)?;
         let put = |stack: &Array, part: &Array| -> Result<Array> {
             let shape = stack.shape();
             let stop = [slot + 1, shape[1], shape[2]];
@@ -516,6 +543,7 @@ impl QuantWeight {
                     bits: bits2,
                     group_size: g2,
                     mode: m2,
+                    ..
                 },
             ) if (bits, group_size, mode) == (bits2, g2, m2)
                 && biases.is_some() == b2.is_some() =>
@@ -704,6 +732,7 @@ impl QuantWeight {
                 group_size,
                 bits,
                 mode,
+                ..
             } => View::Packed(Packed {
                 w,
                 scales,
@@ -714,6 +743,26 @@ impl QuantWeight {
             }),
             Data::Dense(a) => View::Dense(a),
         }
+    }
+
+    /// Whether the weight keeps float16 side data for float32 products ([`Data::Packed`]).
+    fn compact(&self) -> bool {
+        matches!(self.data, Data::Packed { compact: true, .. })
+    }
+
+    /// `f` on `p` (this weight's packed view, or part of it) as MLX's kernels take it: float16
+    /// side data of a float32 weight ([`Data::Packed`]'s `compact`) widened in the graph.
+    fn for_mlx<T>(&self, p: Packed<'_>, f: impl FnOnce(Packed<'_>) -> Result<T>) -> Result<T> {
+        if !self.compact() {
+            return f(p);
+        }
+        let scales = p.scales.as_dtype(Dtype::Float32)?;
+        let biases = p.biases.map(|b| b.as_dtype(Dtype::Float32)).transpose()?;
+        f(Packed {
+            scales: &scales,
+            biases: biases.as_ref(),
+            ..p
+        })
     }
 
     /// Bytes this weight holds in memory.
@@ -745,11 +794,20 @@ impl QuantWeight {
     pub fn matmul(&self, x: &Array) -> Result<Array> {
         match self.view() {
             View::Packed(p) => match route(x, &p)? {
-                Route::Quantized => qmm::quantized_matmul(x, p, true),
                 Route::Host => crate::cpu_qmm::matmul(x, p),
-                Route::CudaVector => crate::cuda_qmv::matmul(x, p),
-                Route::Dense => dense_product(x, p),
-                Route::DenseRecomputed => recomputed_dense(x, p),
+                Route::Dense
+                    if host_work_allowed()
+                        && x.dtype() == Dtype::Float32
+                        && crate::cpu_qmm::dequantizes(&p) =>
+                {
+                    host_dense_product(x, p)
+                }
+                route => self.for_mlx(p, |p| match route {
+                    Route::CudaVector => crate::cuda_qmv::matmul(x, p),
+                    Route::Dense => Ok(x.matmul(qmm::dequantize(p)?.t())?),
+                    Route::DenseRecomputed => recomputed_dense(x, p),
+                    _ => qmm::quantized_matmul(x, p, true),
+                }),
             },
             View::Dense(w) => Ok(x.matmul(w.t())?),
         }
@@ -761,7 +819,10 @@ impl QuantWeight {
         let View::Packed(p) = self.view() else {
             return false;
         };
+        // a float16 weight's model computes in float16: not here
+        let float32 = p.scales.dtype() == Dtype::Float32 || self.compact();
         host_work_allowed()
+            && float32
             && crate::cpu_qmm::handles_rows(&p, rows)
             && crate::device::current() == Some(crate::device::DeviceKind::Cpu)
     }
@@ -782,7 +843,7 @@ impl QuantWeight {
     /// `[..., 1, rows]` (MLX's gather matmul; only the selected experts are touched).
     pub fn gather_matmul(&self, x: &Array, indices: &Array) -> Result<Array> {
         match self.view() {
-            View::Packed(p) => qmm::gather_qmm(x, p, indices, true),
+            View::Packed(p) => self.for_mlx(p, |p| qmm::gather_qmm(x, p, indices, true)),
             View::Dense(w) => {
                 let wt = w.swap_axes(-1, -2)?;
                 Ok(ops::gather_mm(x, &wt, None, indices, None)?)
@@ -798,12 +859,13 @@ impl QuantWeight {
             View::Packed(p) => {
                 let (w, scales) = (take(p.w)?, take(p.scales)?);
                 let biases = p.biases.map(take).transpose()?;
-                qmm::dequantize(Packed {
+                let rows = Packed {
                     w: &w,
                     scales: &scales,
                     biases: biases.as_ref(),
                     ..p
-                })
+                };
+                self.for_mlx(rows, qmm::dequantize)
             }
             View::Dense(a) => Ok(take(a)?),
         }
@@ -812,7 +874,7 @@ impl QuantWeight {
     /// The whole weight as floats (tests and reference paths only).
     pub fn dequantized(&self) -> Result<Array> {
         match self.view() {
-            View::Packed(p) => qmm::dequantize(p),
+            View::Packed(p) => self.for_mlx(p, qmm::dequantize),
             View::Dense(a) => Ok(a.clone()),
         }
     }

@@ -54,6 +54,17 @@ impl Quantized {
     }
 }
 
+/// The kernels this processor runs (the portable one everywhere).
+fn kernels() -> Vec<cpu_qmm::Kernel> {
+    let all: Vec<_> = cpu_qmm::Kernel::ALL
+        .into_iter()
+        .filter(|k| k.available())
+        .collect();
+    assert!(all.contains(&cpu_qmm::Kernel::Portable));
+    assert!(all.contains(&cpu_qmm::Kernel::chosen()));
+    all
+}
+
 fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
@@ -77,10 +88,56 @@ fn matches_dequantized_product_for_every_bit_width_and_group_size() -> R<()> {
                     cpu_qmm::handles(&x, &q.packed(), rows as usize),
                     rows as usize <= cpu_qmm::max_rows(bits)
                 );
-                let got = host(&cpu_qmm::matmul(&x, q.packed())?)?;
                 let want = q.reference(&x)?;
-                let d = max_rel_diff(&got, &want);
-                assert!(d < 1e-5, "bits {bits} group {group_size} rows {rows}: {d}");
+                for kernel in kernels() {
+                    let got = host(&cpu_qmm::matmul_with(&x, q.packed(), kernel)?)?;
+                    let d = max_rel_diff(&got, &want);
+                    assert!(
+                        d < 1e-5,
+                        "{kernel:?}: bits {bits} group {group_size} rows {rows}: {d}"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn float16_scales_and_biases_give_the_float32_results() -> R<()> {
+    Device::set_default(&Device::cpu());
+    for (bits, group_size) in [(4, 32), (8, 32), (5, 64), (4, 128)] {
+        // scales and biases that are exactly float16 (as the legacy quants' are)
+        let q = Quantized::new(70, 256, group_size, bits, 21)?;
+        let half = |a: &Array| a.as_dtype(mlx_rs::Dtype::Float16);
+        let (s16, b16) = (half(&q.scales)?, half(&q.biases)?);
+        let (s32, b32) = (
+            s16.as_dtype(mlx_rs::Dtype::Float32)?,
+            b16.as_dtype(mlx_rs::Dtype::Float32)?,
+        );
+        let single = Packed {
+            scales: &s32,
+            biases: Some(&b32),
+            ..q.packed()
+        };
+        let compact = Packed {
+            scales: &s16,
+            biases: Some(&b16),
+            ..q.packed()
+        };
+        assert!(cpu_qmm::dequantizes(&compact));
+        assert_eq!(
+            host(&cpu_qmm::dequantize(compact)?)?,
+            host(&cpu_qmm::dequantize(single)?)?
+        );
+        for rows in [1, 8, 13] {
+            let x = randn(&[rows, 256], 23)?;
+            for kernel in kernels() {
+                assert_eq!(
+                    host(&cpu_qmm::matmul_with(&x, compact, kernel)?)?,
+                    host(&cpu_qmm::matmul_with(&x, single, kernel)?)?,
+                    "{kernel:?} bits {bits} group {group_size} rows {rows}"
+                );
             }
         }
     }
@@ -103,13 +160,23 @@ fn keeps_leading_dimensions_and_reads_strided_views() -> R<()> {
 #[test]
 fn a_rows_result_does_not_depend_on_its_batch() -> R<()> {
     Device::set_default(&Device::cpu());
-    let q = Quantized::new(96, 576, 32, 4, 9)?;
-    let batch = randn(&[6, 576], 13)?;
-    let together = host(&cpu_qmm::matmul(&batch, q.packed())?)?;
-    for r in 0..6 {
-        let alone = batch.index(r..r + 1);
-        let alone = host(&cpu_qmm::matmul(&alone, q.packed())?)?;
-        assert_eq!(alone, together[r as usize * 96..(r as usize + 1) * 96]);
+    // 13 rows: batches of 8, 4 and 1 row inside the kernel
+    let rows = 13;
+    for (bits, group_size) in [(4, 32), (8, 64)] {
+        let q = Quantized::new(96, 576, group_size, bits, 9)?;
+        let batch = randn(&[rows, 576], 13)?;
+        for kernel in kernels() {
+            let together = host(&cpu_qmm::matmul_with(&batch, q.packed(), kernel)?)?;
+            for r in 0..rows {
+                let alone = batch.index(r..r + 1);
+                let alone = host(&cpu_qmm::matmul_with(&alone, q.packed(), kernel)?)?;
+                assert_eq!(
+                    alone,
+                    together[r as usize * 96..(r as usize + 1) * 96],
+                    "{kernel:?} bits {bits} row {r}"
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -69,6 +69,15 @@ fn every_codec_loads_exactly_and_multiplies() {
         (GgmlType::Q6_K, false),
         (GgmlType::Q3_K, false),
     ];
+    // the legacy quants' scales and biases are float16 values in the file: a float32 weight
+    // on the CPU keeps them as float16 (the K-quants' are products of two fields: float32)
+    let compact = |ty: GgmlType| {
+        matches!(
+            ty,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0
+        )
+    };
+    let on_cpu = gmlx_mlx::device::current() == Some(gmlx_mlx::device::DeviceKind::Cpu);
     let dir = std::env::temp_dir().join(format!("gmlx-quant-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let path = dir.join("codecs.gguf");
@@ -87,8 +96,9 @@ fn every_codec_loads_exactly_and_multiplies() {
     w.write_to_path(&path).expect("write");
     let file = GgufFile::open(&path).expect("open");
 
-    // 3 rows take MLX's quantized matmul; 8 rows, on the CPU, dequantize-then-BLAS
-    let x: Vec<f32> = (0..8 * cols)
+    // 3 rows take MLX's quantized matmul; 8 rows, on the CPU, dequantize-then-BLAS; under a
+    // host-products guard, 3 and 8 rows the host kernel, 130 the host dequantization
+    let x: Vec<f32> = (0..130 * cols)
         .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
         .collect();
     for (i, (ty, affine)) in codecs.iter().enumerate() {
@@ -99,6 +109,15 @@ fn every_codec_loads_exactly_and_multiplies() {
             *affine,
             "{ty:?}"
         );
+        if let (true, Storage::Affine { bits, group_size }) = (on_cpu, weight.storage()) {
+            let side = if compact(*ty) { 2 } else { 4 };
+            let groups = rows as usize * cols as usize / group_size as usize;
+            assert_eq!(
+                weight.nbytes(),
+                rows as usize * cols as usize * bits as usize / 8 + 2 * groups * side,
+                "{ty:?}: codes and {side}-byte scales and biases"
+            );
+        }
         let reference = file.dequantize(&info.name).expect("reference");
         let ours = host(&weight.dequantized().expect("dequantize"));
         assert_eq!(ours.len(), reference.len());
@@ -109,7 +128,14 @@ fn every_codec_loads_exactly_and_multiplies() {
         );
 
         // matmul against a host product with the reference weights
-        for m in [3usize, 8] {
+        for (host_products, m) in [
+            (false, 3usize),
+            (false, 8),
+            (true, 3),
+            (true, 8),
+            (true, 130),
+        ] {
+            let _guard = host_products.then(gmlx_mlx::quant::host_products);
             let xa = Array::from_slice(&x[..m * cols as usize], &[m as i32, cols as i32]);
             let y = host(&weight.matmul(&xa).expect("matmul"));
             for r in 0..m {
@@ -123,7 +149,7 @@ fn every_codec_loads_exactly_and_multiplies() {
                     let got = y[r * rows as usize + o];
                     assert!(
                         (f64::from(got) - dot).abs() < 1e-3 * (1.0 + dot.abs()),
-                        "{ty:?} [{r},{o}]: {got} vs {dot}"
+                        "{ty:?} {m} rows, host products {host_products} [{r},{o}]: {got} vs {dot}"
                     );
                 }
             }

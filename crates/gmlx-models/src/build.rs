@@ -198,7 +198,7 @@ fn layer(w: &Weights<'_>, c: &ModelConfig, l: usize, spec: &LayerSpec) -> Result
             Ok(BlockResidual {
                 attn: mix(Tensor::AttnResScore)?,
                 ffn: mix(Tensor::FfnResScore)?,
-                banks: l % block_size.max(1) == 0,
+                banks: l.is_multiple_of(block_size.max(1)),
             })
         })
         .transpose()?;

@@ -106,7 +106,7 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()
 
 fn check_len(ty: GgmlType, bytes: &[u8], n_elements: u64) -> Result<()> {
     let bs = ty.block_size() as u64;
-    if n_elements % bs != 0 {
+    if !n_elements.is_multiple_of(bs) {
         return Err(Error::NotBlockMultiple {
             ty,
             n_elements,

@@ -4,6 +4,7 @@
 use mlx_rs::Array;
 use rayon::prelude::*;
 
+use super::side::{widen_portable, Widened};
 use super::{affine, has_fma, Affine};
 use crate::error::Result;
 use crate::qmm::Packed;
@@ -18,18 +19,29 @@ pub fn dequantize(p: Packed<'_>) -> Result<Array> {
     let weight = affine(p)?;
     let mut out = vec![0f32; weight.features * weight.cols];
     let avx2 = has_fma();
+    let groups = weight.cols / weight.group_size;
     out.par_chunks_mut(weight.cols * FEATURES_PER_TASK)
         .enumerate()
         .for_each(|(task, chunk)| {
+            let first = task * FEATURES_PER_TASK;
+            let features = chunk.len() / weight.cols;
+            let mut widened = Widened::take();
+            let range = first * groups..(first + features) * groups;
+            let (scales, biases) =
+                widened.read(weight.scales, weight.biases, range, widen_portable);
             for (i, row) in chunk.chunks_exact_mut(weight.cols).enumerate() {
-                let n = task * FEATURES_PER_TASK + i;
+                let side = (
+                    &scales[i * groups..(i + 1) * groups],
+                    &biases[i * groups..(i + 1) * groups],
+                );
                 if avx2 {
                     // SAFETY: `has_fma` checked that the processor has AVX2.
-                    unsafe { weight.dequantize_avx2(n, row) };
+                    unsafe { weight.dequantize_avx2(first + i, side, row) };
                 } else {
-                    weight.dequantize_bits(n, row);
+                    weight.dequantize_bits(first + i, side, row);
                 }
             }
+            widened.give_back();
         });
     crate::owned::f32_array(out, &[weight.features as i32, weight.cols as i32])
 }
@@ -37,31 +49,33 @@ pub fn dequantize(p: Packed<'_>) -> Result<Array> {
 impl Affine<'_> {
     /// [`Affine::dequantize_bits`] compiled for AVX2 (wider vectors, the same values: no FMA).
     #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2"))]
-    unsafe fn dequantize_avx2(&self, n: usize, row: &mut [f32]) {
-        self.dequantize_bits(n, row);
+    unsafe fn dequantize_avx2(&self, n: usize, side: (&[f32], &[f32]), row: &mut [f32]) {
+        self.dequantize_bits(n, side, row);
     }
 
     #[inline(always)]
-    fn dequantize_bits(&self, n: usize, row: &mut [f32]) {
+    fn dequantize_bits(&self, n: usize, side: (&[f32], &[f32]), row: &mut [f32]) {
         match self.bits {
-            2 => self.dequantize_row::<2>(n, row),
-            3 => self.dequantize_row::<3>(n, row),
-            4 => self.dequantize_row::<4>(n, row),
-            5 => self.dequantize_row::<5>(n, row),
-            6 => self.dequantize_row::<6>(n, row),
-            _ => self.dequantize_row::<8>(n, row),
+            2 => self.dequantize_row::<2>(n, side, row),
+            3 => self.dequantize_row::<3>(n, side, row),
+            4 => self.dequantize_row::<4>(n, side, row),
+            5 => self.dequantize_row::<5>(n, side, row),
+            6 => self.dequantize_row::<6>(n, side, row),
+            _ => self.dequantize_row::<8>(n, side, row),
         }
     }
 
-    /// Feature `n`'s weights into `row` (`cols` floats). Codes are the little-endian bit stream
-    /// of [`Affine::feature`]; 4 and 8 bits take whole bytes.
+    /// Feature `n`'s weights into `row` (`cols` floats), with its `(scales, biases)`. Codes are
+    /// the little-endian bit stream of [`Affine::feature`]; 4 and 8 bits take whole bytes.
     #[inline(always)]
-    fn dequantize_row<const BITS: usize>(&self, n: usize, row: &mut [f32]) {
-        let groups = self.cols / self.group_size;
+    fn dequantize_row<const BITS: usize>(
+        &self,
+        n: usize,
+        (scales, biases): (&[f32], &[f32]),
+        row: &mut [f32],
+    ) {
         let row_bytes = self.cols * BITS / 8;
         let codes = &super::code_bytes(self.codes)[n * row_bytes..(n + 1) * row_bytes];
-        let scales = &self.scales[n * groups..(n + 1) * groups];
-        let biases = &self.biases[n * groups..(n + 1) * groups];
         for (g, out) in row.chunks_exact_mut(self.group_size).enumerate() {
             let (scale, bias) = (scales[g], biases[g]);
             let bytes =

@@ -312,7 +312,7 @@ pub fn heap_select(values: &[f32], k: usize) -> Vec<usize> {
             a[hole] = a[second];
             hole = second;
         }
-        if len % 2 == 0 && len >= 2 && second == (len - 2) / 2 {
+        if len.is_multiple_of(2) && len >= 2 && second == (len - 2) / 2 {
             second = 2 * (second + 1);
             a[hole] = a[second - 1];
             hole = second - 1;

@@ -1,0 +1,228 @@
+//! What the AVX2 and AVX-512 kernels share: `x` prepared as they read it, and the loop over a
+//! task's features that widens each block's codes once for all rows. Both compute, per row,
+//! `sum_b scale_b * (q_b . x_b) + bias_b * sum(x_b)` over blocks `b` of 32 columns: the codes
+//! are widened to float32 (exact) and multiplied into the row directly, and the bias term
+//! comes from each block's sum of `x`, computed once per product.
+use std::array::from_fn;
+
+use super::side::Widened;
+use super::{Affine, MAX_ROWS};
+
+/// Rows that read a block's widened codes together (8 streams of the default model: 142-151
+/// tok/s with 8, 131-135 with 6, 134 with 4, 127 with 3, 101 with each row alone).
+const ROWS_TOGETHER: usize = 8;
+
+/// Blocks past the one being multiplied whose codes are prefetched. The
+/// hardware prefetcher alone left the kernel waiting on the codes' loads: the default model's
+/// decode went from 49.5-51.7 tok/s without to 72.8-80.7 with (alternating in one run; 64
+/// blocks gave less, 96 to 512 the same).
+const PREFETCH_BLOCKS: usize = 128;
+
+/// Whether the vector kernels read this weight: 4- or 8-bit codes in groups of 32, 64, 128...
+/// columns, at most [`MAX_ROWS`] rows.
+pub(super) fn reads(bits: usize, group_size: usize, rows: usize) -> bool {
+    matches!(bits, 4 | 8) && (group_size / 32).is_power_of_two() && rows <= MAX_ROWS
+}
+
+/// The rows of `x` as the kernels read them: each block of 32 columns in the order its codes
+/// widen to (for 4 bits the even columns, then the odd ones: a byte's low nibble is the even
+/// code), and each block's sum.
+#[derive(Default)]
+pub(super) struct Rows {
+    x: Vec<f32>,
+    sums: Vec<f32>,
+}
+
+impl Rows {
+    pub(super) fn new(x: &[f32], rows: usize, cols: usize, bits: usize) -> Rows {
+        let mut out = Rows {
+            x: Vec::with_capacity(rows * cols),
+            sums: Vec::with_capacity(rows * cols / 32),
+        };
+        for block in x[..rows * cols].chunks_exact(32) {
+            if bits == 4 {
+                out.x.extend(block.iter().step_by(2));
+                out.x.extend(block.iter().skip(1).step_by(2));
+            } else {
+                out.x.extend_from_slice(block);
+            }
+            let mut lanes = [0f32; 8];
+            for part in block.chunks_exact(8) {
+                for (l, v) in lanes.iter_mut().zip(part) {
+                    *l += v;
+                }
+            }
+            out.sums.push(super::sum_lanes(&lanes));
+        }
+        out
+    }
+}
+
+/// One prepared row of `x` against one feature's scales and biases.
+pub(super) struct Row<'a> {
+    /// The row, laid out as [`Rows`] says.
+    pub(super) x: &'a [f32],
+    /// Each block's sum of `x`.
+    pub(super) sums: &'a [f32],
+    pub(super) scales: &'a [f32],
+    pub(super) biases: &'a [f32],
+    /// Block `b`'s group is `b >> shift`.
+    pub(super) shift: u32,
+}
+
+/// One instruction set's kernel.
+pub(super) trait Lanes {
+    /// A block's 32 codes widened to float32, in the order [`Rows`] lays `x` out.
+    type Codes: Copy;
+
+    /// `src` as float32 into `dst` (as long).
+    ///
+    /// # Safety
+    /// The processor has the instruction set.
+    unsafe fn widen_half(src: &[half::f16], dst: &mut [f32]);
+
+    /// Block codes from `words`.
+    ///
+    /// # Safety
+    /// The processor has the instruction set; `words` holds at least `bits` words.
+    unsafe fn widen(words: &[u32], bits: usize) -> Self::Codes;
+
+    /// For each of `R` rows, its dot product with the feature whose block `b` has codes `q(b)`
+    /// (read once for the `R` rows). A row's arithmetic is the same whatever `R`, so its result
+    /// does not depend on the rows beside it.
+    ///
+    /// # Safety
+    /// The processor has the instruction set; `q(b)` is safe to call for every block; the rows
+    /// have as many blocks.
+    unsafe fn dots<const R: usize>(
+        rows: [Row<'_>; R],
+        q: impl Fn(usize) -> Self::Codes,
+    ) -> [f32; R];
+}
+
+/// Features `first..` of `w` times each prepared row, into `chunk` (`rows` values per feature),
+/// their scales and biases widened to float32 once for all of them where they are float16.
+///
+/// # Safety
+/// The processor has `K`'s instruction set (the caller is compiled for it, so this inlines
+/// there); [`reads`] holds for `w` and `rows`; `x` holds `rows` rows of `w.cols`; the features
+/// are within `w`.
+#[inline(always)]
+pub(super) unsafe fn features<K: Lanes>(
+    w: &Affine<'_>,
+    first: usize,
+    x: &Rows,
+    chunk: &mut [f32],
+    rows: usize,
+) {
+    // one row reads the codes as it widens them; several share them widened once
+    let mut codes = Vec::with_capacity(if rows > 1 { w.cols / 32 } else { 0 });
+    let groups = w.cols / w.group_size;
+    let features = chunk.len() / rows;
+    let mut widened = Widened::take();
+    let range = first * groups..(first + features) * groups;
+    // the next task's side data (widened at its start, not read in the block loop)
+    for side in [w.scales, w.biases] {
+        for at in (range.end..range.end + range.len()).step_by(16) {
+            prefetch(side.address(at));
+        }
+    }
+    let (scales, biases) = widened.read(w.scales, w.biases, range, |src, dst| {
+        // SAFETY: the instruction set.
+        unsafe { K::widen_half(src, dst) }
+    });
+    for (i, out) in chunk.chunks_exact_mut(rows).enumerate() {
+        let side = Side {
+            scales: &scales[i * groups..(i + 1) * groups],
+            biases: &biases[i * groups..(i + 1) * groups],
+        };
+        // SAFETY: as the caller promised.
+        unsafe { feature::<K>(w, first + i, side, x, out, &mut codes) };
+    }
+    widened.give_back();
+}
+
+/// One feature's scales and biases as float32.
+struct Side<'a> {
+    scales: &'a [f32],
+    biases: &'a [f32],
+}
+
+/// Feature `n` of `w` times each prepared row into `out[row]`: one row widens the codes as it
+/// goes; several widen them once into `codes` and each row reads them there, with the same
+/// arithmetic in the same order.
+///
+/// # Safety
+/// As [`features`].
+#[inline(always)]
+unsafe fn feature<K: Lanes>(
+    w: &Affine<'_>,
+    n: usize,
+    side: Side<'_>,
+    x: &Rows,
+    out: &mut [f32],
+    codes: &mut Vec<K::Codes>,
+) {
+    let cols = w.cols;
+    let blocks = cols / 32;
+    let block_words = w.bits; // 32 codes of `bits` bits are `bits` words
+    let words = &w.codes[n * blocks * block_words..(n + 1) * blocks * block_words];
+    let Side { scales, biases } = side;
+    let shift = (w.group_size / 32).trailing_zeros();
+    let row = |r: usize| Row {
+        x: &x.x[r * cols..(r + 1) * cols],
+        sums: &x.sums[r * blocks..(r + 1) * blocks],
+        scales,
+        biases,
+        shift,
+    };
+    // Block `b`'s codes, prefetching those PREFETCH_BLOCKS on (into the next features past
+    // the last block; the side data is prefetched a task ahead, in `features`).
+    let widen = |b: usize| {
+        let ahead = b + PREFETCH_BLOCKS;
+        prefetch(words.as_ptr().wrapping_add(ahead * block_words));
+        // SAFETY: the instruction set; block `b`'s `bits` words are within the feature's codes.
+        unsafe { K::widen(&words[b * block_words..], w.bits) }
+    };
+    if out.len() == 1 {
+        // SAFETY: the instruction set.
+        out[0] = unsafe { K::dots([row(0)], widen) }[0];
+        return;
+    }
+    codes.clear();
+    codes.extend((0..blocks).map(widen));
+    let stored = |b: usize| codes[b];
+    // rows several at a time (ROWS_TOGETHER, else 4, else what is left): a block's codes are
+    // read once for all of them
+    let mut r = 0;
+    while r < out.len() {
+        let take = match out.len() - r {
+            n if n >= ROWS_TOGETHER => ROWS_TOGETHER,
+            n if n >= 4 => 4,
+            n => n,
+        };
+        let part = &mut out[r..r + take];
+        let rows = |i| row(r + i);
+        // SAFETY: the instruction set; `codes` holds every block.
+        unsafe {
+            match take {
+                1 => part.copy_from_slice(&K::dots([row(r)], stored)),
+                2 => part.copy_from_slice(&K::dots(from_fn::<_, 2, _>(rows), stored)),
+                3 => part.copy_from_slice(&K::dots(from_fn::<_, 3, _>(rows), stored)),
+                4 => part.copy_from_slice(&K::dots(from_fn::<_, 4, _>(rows), stored)),
+                _ => part.copy_from_slice(&K::dots(from_fn::<_, ROWS_TOGETHER, _>(rows), stored)),
+            }
+        }
+        r += take;
+    }
+}
+
+/// Asks for the cache line holding `p` (any address: a prefetch faults on none).
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing and faults on no address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    }
+}
