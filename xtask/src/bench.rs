@@ -96,7 +96,7 @@ pub(crate) fn save(name: &str, json: &str) -> Result<()> {
     // GMLX_BENCH_RUNS: another folder for the runs (an xtask binary run away from its checkout)
     let runs = std::env::var_os("GMLX_BENCH_RUNS")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/runs"));
+        .unwrap_or_else(|| crate::setup::workspace_root().join("bench/runs"));
     let dir = runs.join(format!("{date}-{}", host.trim()));
     fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{name}.json"));

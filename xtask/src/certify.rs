@@ -2,7 +2,6 @@
 //! their results and the architecture registry.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
@@ -85,7 +84,7 @@ pub fn run() -> Result<()> {
             writeln!(doc, "Where transformers differs: {note}\n")?;
         }
     }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/architectures.md");
+    let path = crate::setup::workspace_root().join("docs/architectures.md");
     std::fs::write(&path, doc)?;
     println!("wrote {}", path.display());
     Ok(())
@@ -94,8 +93,8 @@ pub fn run() -> Result<()> {
 /// The fixture's recorded reason and measurement when transformers is not a golden for `arch`
 /// (the "Not a golden" paragraph tools/fixtures/pipeline.py writes into PROVENANCE.md).
 fn transformers_difference(arch: &str) -> Result<Option<String>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
+    let path = crate::setup::workspace_root()
+        .join("tests/fixtures")
         .join(arch)
         .join("PROVENANCE.md");
     let text =
