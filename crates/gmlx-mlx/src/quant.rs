@@ -69,6 +69,20 @@ impl Data {
 /// Rows of activations from which a CPU product dequantizes the weight and uses BLAS.
 pub const CPU_DENSE_MIN_ROWS: usize = 4;
 
+/// Rows of activations from which a GPU product in inference dequantizes the weight for this
+/// product and multiplies with the dense GEMM (`GMLX_GPU_DENSE_ROWS`; unset: never), instead of
+/// MLX's quantized GEMM. Read once per process.
+pub fn gpu_dense_min_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        std::env::var("GMLX_GPU_DENSE_ROWS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&rows| rows > 0)
+            .unwrap_or(usize::MAX)
+    })
+}
+
 thread_local! {
     static TRAINING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static HOST_PRODUCTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -147,6 +161,8 @@ fn route(x: &Array, p: &Packed<'_>) -> Result<Route> {
         let training = TRAINING.with(|f| f.get());
         return Ok(if !training && crate::cuda_qmv::applies(x, p, rows) {
             Route::CudaVector
+        } else if !training && p.mode == Mode::Affine && rows >= gpu_dense_min_rows() {
+            Route::Dense
         } else {
             Route::Quantized
         });
@@ -797,6 +813,7 @@ impl QuantWeight {
                 Route::Host => crate::cpu_qmm::matmul(x, p),
                 Route::Dense
                     if host_work_allowed()
+                        && crate::device::current() == Some(crate::device::DeviceKind::Cpu)
                         && x.dtype() == Dtype::Float32
                         && crate::cpu_qmm::dequantizes(&p) =>
                 {
