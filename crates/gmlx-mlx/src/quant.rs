@@ -70,16 +70,24 @@ impl Data {
 pub const CPU_DENSE_MIN_ROWS: usize = 4;
 
 /// Rows of activations from which a GPU product in inference dequantizes the weight for this
-/// product and multiplies with the dense GEMM (`GMLX_GPU_DENSE_ROWS`; unset: never), instead of
-/// MLX's quantized GEMM. Read once per process.
+/// product and multiplies with the dense GEMM, unless `GMLX_GPU_DENSE_ROWS` says otherwise.
+/// MLX's quantized GEMM reached 0.61-0.69x llama.cpp's pp512 on the H100; this 1.53-1.76x
+/// (`bench/runs/2026-12-06-h100-4/`; 16 and 128 rows measured the same).
+pub const GPU_DENSE_MIN_ROWS: usize = 32;
+
+/// [`GPU_DENSE_MIN_ROWS`], or `GMLX_GPU_DENSE_ROWS` where set (0: never, MLX's quantized GEMM
+/// for every product). Read once per process.
 pub fn gpu_dense_min_rows() -> usize {
     static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *ROWS.get_or_init(|| {
-        std::env::var("GMLX_GPU_DENSE_ROWS")
+        match std::env::var("GMLX_GPU_DENSE_ROWS")
             .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|&rows| rows > 0)
-            .unwrap_or(usize::MAX)
+            .and_then(|v| v.trim().parse::<usize>().ok())
+        {
+            Some(0) => usize::MAX,
+            Some(rows) => rows,
+            None => GPU_DENSE_MIN_ROWS,
+        }
     })
 }
 

@@ -96,8 +96,9 @@ fn every_codec_loads_exactly_and_multiplies() {
     w.write_to_path(&path).expect("write");
     let file = GgufFile::open(&path).expect("open");
 
-    // 3 rows take MLX's quantized matmul; 8 rows, on the CPU, dequantize-then-BLAS; under a
-    // host-products guard, 3 and 8 rows the host kernel, 130 the host dequantization
+    // 3 rows take MLX's quantized matmul; 8 rows, on the CPU, dequantize-then-BLAS (on a GPU
+    // from 40 rows, dequantize then the dense GEMM); under a host-products guard, on the CPU,
+    // 3 and 8 rows the host kernel, 130 the host dequantization
     let x: Vec<f32> = (0..130 * cols)
         .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
         .collect();
@@ -131,6 +132,7 @@ fn every_codec_loads_exactly_and_multiplies() {
         for (host_products, m) in [
             (false, 3usize),
             (false, 8),
+            (false, 40),
             (true, 3),
             (true, 8),
             (true, 130),
