@@ -29,7 +29,10 @@ mod side;
 mod simd;
 
 pub use dequant::dequantize;
-use side::Side;
+use side::{widen_portable, Side, Widened};
+
+/// One feature's scales and biases as float32.
+type Side32<'a> = (&'a [f32], &'a [f32]);
 use simd::{reads as simd_reads, Rows as Prepared};
 
 /// Rows of `x` up to which this kernel beats dequantize-then-BLAS for 2, 4 and 8 bits
@@ -302,37 +305,59 @@ impl Affine<'_> {
         fma: bool,
     ) {
         let mut lanes = vec![[0f32; LANES]; rows];
+        let groups = self.cols / self.group_size;
+        let features = chunk.len() / rows;
+        let mut widened = Widened::take();
+        let range = first * groups..(first + features) * groups;
+        let (scales, biases) = widened.read(self.scales, self.biases, range, widen_portable);
         for (i, out_row) in chunk.chunks_exact_mut(rows).enumerate() {
+            let side = (
+                &scales[i * groups..(i + 1) * groups],
+                &biases[i * groups..(i + 1) * groups],
+            );
             if fma {
                 // SAFETY: `has_fma` checked that the processor has AVX2 and FMA.
-                unsafe { self.feature_fma(first + i, x, &mut lanes) };
+                unsafe { self.feature_fma(first + i, side, x, &mut lanes) };
             } else {
-                self.feature_plain(first + i, x, &mut lanes);
+                self.feature_plain(first + i, side, x, &mut lanes);
             }
             for (o, l) in out_row.iter_mut().zip(&lanes) {
                 *o = sum_lanes(l);
             }
         }
+        widened.give_back();
     }
 
     #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
-    unsafe fn feature_fma(&self, n: usize, x: &[f32], lanes: &mut [[f32; LANES]]) {
-        self.feature_bits::<true>(n, x, lanes);
+    unsafe fn feature_fma(
+        &self,
+        n: usize,
+        side: Side32<'_>,
+        x: &[f32],
+        lanes: &mut [[f32; LANES]],
+    ) {
+        self.feature_bits::<true>(n, side, x, lanes);
     }
 
-    fn feature_plain(&self, n: usize, x: &[f32], lanes: &mut [[f32; LANES]]) {
-        self.feature_bits::<false>(n, x, lanes);
+    fn feature_plain(&self, n: usize, side: Side32<'_>, x: &[f32], lanes: &mut [[f32; LANES]]) {
+        self.feature_bits::<false>(n, side, x, lanes);
     }
 
     #[inline(always)]
-    fn feature_bits<const FMA: bool>(&self, n: usize, x: &[f32], lanes: &mut [[f32; LANES]]) {
+    fn feature_bits<const FMA: bool>(
+        &self,
+        n: usize,
+        side: Side32<'_>,
+        x: &[f32],
+        lanes: &mut [[f32; LANES]],
+    ) {
         match self.bits {
-            2 => self.feature::<FMA, 2>(n, x, lanes),
-            3 => self.feature::<FMA, 3>(n, x, lanes),
-            4 => self.feature::<FMA, 4>(n, x, lanes),
-            5 => self.feature::<FMA, 5>(n, x, lanes),
-            6 => self.feature::<FMA, 6>(n, x, lanes),
-            _ => self.feature::<FMA, 8>(n, x, lanes),
+            2 => self.feature::<FMA, 2>(n, side, x, lanes),
+            3 => self.feature::<FMA, 3>(n, side, x, lanes),
+            4 => self.feature::<FMA, 4>(n, side, x, lanes),
+            5 => self.feature::<FMA, 5>(n, side, x, lanes),
+            6 => self.feature::<FMA, 6>(n, side, x, lanes),
+            _ => self.feature::<FMA, 8>(n, side, x, lanes),
         }
     }
 
@@ -344,6 +369,7 @@ impl Affine<'_> {
     fn feature<const FMA: bool, const BITS: usize>(
         &self,
         n: usize,
+        (scales, biases): Side32<'_>,
         x: &[f32],
         lanes: &mut [[f32; LANES]],
     ) {
@@ -351,16 +377,14 @@ impl Affine<'_> {
             *l = [0.0; LANES];
         }
         let mask = (1u16 << BITS) - 1;
-        let groups = self.cols / self.group_size;
         let row_bytes = self.cols * BITS / 8;
         let codes = &code_bytes(self.codes)[n * row_bytes..(n + 1) * row_bytes];
-        let (scales, biases) = (self.scales, self.biases);
         let mut w = [0f32; 32];
         // one block's 4 * BITS bytes, and a zero byte so the last code reads two bytes
         let mut block = [0u8; 33];
         for start in (0..self.cols).step_by(32) {
             let g = start / self.group_size;
-            let (scale, bias) = (scales.at(n * groups + g), biases.at(n * groups + g));
+            let (scale, bias) = (scales[g], biases[g]);
             let at = start * BITS / 8;
             block[..4 * BITS].copy_from_slice(&codes[at..at + 4 * BITS]);
             for (j, v) in w.iter_mut().enumerate() {

@@ -43,15 +43,6 @@ impl<'a> Side<'a> {
         }
     }
 
-    /// Value `i` as float32 (exact).
-    #[inline(always)]
-    pub(super) fn at(&self, i: usize) -> f32 {
-        match self {
-            Side::Single(v) => v[i],
-            Side::Half(v) => v[i].to_f32(),
-        }
-    }
-
     /// The address of value `i`, which need not exist (for a prefetch).
     #[inline(always)]
     pub(super) fn address(&self, i: usize) -> *const u8 {
