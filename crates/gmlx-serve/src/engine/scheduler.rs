@@ -283,6 +283,13 @@ fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()>
                         "done"
                     );
                 });
+                // out of the gauge before its client hears it is done (a `/metrics` read right
+                // after the response must not count it)
+                let _ = shared
+                    .active
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                        Some(n.saturating_sub(1))
+                    });
                 let _ = row.sink.send(Event::Done(Done {
                     index: row.index,
                     finish,
