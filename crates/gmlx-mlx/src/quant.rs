@@ -144,9 +144,11 @@ pub fn host_products() -> ProductsGuard {
 }
 
 /// Whether host computation may cut the graph being built on this thread: a [`host_products`]
-/// guard is alive and no [`training_products`] one (the pass is inference).
+/// guard is alive and no [`training_products`] one (the pass is inference), on the CPU.
 pub fn host_work_allowed() -> bool {
-    HOST_PRODUCTS.with(|f| f.get()) && !training()
+    HOST_PRODUCTS.with(|f| f.get())
+        && !training()
+        && crate::device::current() == Some(crate::device::DeviceKind::Cpu)
 }
 
 /// How a product of a packed weight is computed.
@@ -821,7 +823,6 @@ impl QuantWeight {
                 Route::Host => crate::cpu_qmm::matmul(x, p),
                 Route::Dense
                     if host_work_allowed()
-                        && crate::device::current() == Some(crate::device::DeviceKind::Cpu)
                         && x.dtype() == Dtype::Float32
                         && crate::cpu_qmm::dequantizes(&p) =>
                 {
@@ -846,10 +847,7 @@ impl QuantWeight {
         };
         // a float16 weight's model computes in float16: not here
         let float32 = p.scales.dtype() == Dtype::Float32 || self.compact();
-        host_work_allowed()
-            && float32
-            && crate::cpu_qmm::handles_rows(&p, rows)
-            && crate::device::current() == Some(crate::device::DeviceKind::Cpu)
+        host_work_allowed() && float32 && crate::cpu_qmm::handles_rows(&p, rows)
     }
 
     /// `x @ W^T` for `rows` row-major float32 rows on the host (the kernel of

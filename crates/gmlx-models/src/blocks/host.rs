@@ -66,8 +66,7 @@ pub fn silu_times_pass(gate: &Array, up: &Array) -> Result<Option<Array>> {
         && up.dtype() == Dtype::Float32
         && gate.shape() == up.shape()
         && gate.size() >= SILU_PASS_MIN
-        && gmlx_mlx::quant::host_work_allowed()
-        && gmlx_mlx::device::current() == Some(gmlx_mlx::device::DeviceKind::Cpu);
+        && gmlx_mlx::quant::host_work_allowed();
     if !taken {
         return Ok(None);
     }
