@@ -29,7 +29,7 @@ mod side;
 mod simd;
 
 pub use dequant::dequantize;
-use side::{widen_portable, Side, Widened};
+use side::{Side, Widened};
 
 /// One feature's scales and biases as float32.
 type Side32<'a> = (&'a [f32], &'a [f32]);
@@ -309,7 +309,7 @@ impl Affine<'_> {
         let features = chunk.len() / rows;
         let mut widened = Widened::take();
         let range = first * groups..(first + features) * groups;
-        let (scales, biases) = widened.read(self.scales, self.biases, range, widen_portable);
+        let (scales, biases) = widened.read(self.scales, self.biases, range);
         for (i, out_row) in chunk.chunks_exact_mut(rows).enumerate() {
             let side = (
                 &scales[i * groups..(i + 1) * groups],

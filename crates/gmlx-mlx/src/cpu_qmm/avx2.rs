@@ -33,25 +33,6 @@ impl Lanes for Avx2 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn widen_half(src: &[half::f16], dst: &mut [f32]) {
-        let whole = src.len() / 8 * 8;
-        for (s, d) in src[..whole]
-            .chunks_exact(8)
-            .zip(dst[..whole].chunks_exact_mut(8))
-        {
-            // SAFETY: 8 float16 values are readable at `s`, 8 floats writable at `d`.
-            unsafe {
-                _mm256_storeu_ps(
-                    d.as_mut_ptr(),
-                    _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast::<__m128i>())),
-                )
-            };
-        }
-        super::side::widen_portable(&src[whole..], &mut dst[whole..]);
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
     unsafe fn widen(words: &[u32], bits: usize) -> [__m256; 4] {
         let p = words.as_ptr().cast::<__m128i>();
         // SAFETY: 4 bits: 16 readable bytes; 8 bits: 32.

@@ -33,25 +33,6 @@ impl Lanes for Avx512 {
 
     #[target_feature(enable = "avx512f,f16c")]
     #[inline]
-    unsafe fn widen_half(src: &[half::f16], dst: &mut [f32]) {
-        let whole = src.len() / 16 * 16;
-        for (s, d) in src[..whole]
-            .chunks_exact(16)
-            .zip(dst[..whole].chunks_exact_mut(16))
-        {
-            // SAFETY: 16 float16 values are readable at `s`, 16 floats writable at `d`.
-            unsafe {
-                _mm512_storeu_ps(
-                    d.as_mut_ptr(),
-                    _mm512_cvtph_ps(_mm256_loadu_si256(s.as_ptr().cast::<__m256i>())),
-                )
-            };
-        }
-        super::side::widen_portable(&src[whole..], &mut dst[whole..]);
-    }
-
-    #[target_feature(enable = "avx512f,f16c")]
-    #[inline]
     unsafe fn widen(words: &[u32], bits: usize) -> [__m512; 2] {
         let p = words.as_ptr().cast::<__m128i>();
         // SAFETY: 4 bits: 16 readable bytes; 8 bits: 32.

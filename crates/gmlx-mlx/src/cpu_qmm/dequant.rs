@@ -4,7 +4,7 @@
 use mlx_rs::Array;
 use rayon::prelude::*;
 
-use super::side::{widen_portable, Widened};
+use super::side::Widened;
 use super::{affine, has_fma, Affine};
 use crate::error::Result;
 use crate::qmm::Packed;
@@ -27,8 +27,7 @@ pub fn dequantize(p: Packed<'_>) -> Result<Array> {
             let features = chunk.len() / weight.cols;
             let mut widened = Widened::take();
             let range = first * groups..(first + features) * groups;
-            let (scales, biases) =
-                widened.read(weight.scales, weight.biases, range, widen_portable);
+            let (scales, biases) = widened.read(weight.scales, weight.biases, range);
             for (i, row) in chunk.chunks_exact_mut(weight.cols).enumerate() {
                 let side = (
                     &scales[i * groups..(i + 1) * groups],

@@ -70,34 +70,26 @@ impl Widened {
         BUFFERS.with(|b| *b.borrow_mut() = self);
     }
 
-    /// `scales` and `biases` values `range` as float32: borrowed, or widened into the buffers
-    /// by `widen` (the kernel's own conversion of float16 to float32).
+    /// `scales` and `biases` values `range` as float32: borrowed, or widened into the buffers.
     #[inline(always)]
     pub(super) fn read<'s>(
         &'s mut self,
         scales: Side<'s>,
         biases: Side<'s>,
         range: Range<usize>,
-        widen: impl Fn(&[f16], &mut [f32]),
     ) -> (&'s [f32], &'s [f32]) {
         match (scales, biases) {
             (Side::Single(s), Side::Single(b)) => (&s[range.clone()], &b[range]),
             _ => {
-                fill(scales, range.clone(), &mut self.scales, &widen);
-                fill(biases, range, &mut self.biases, &widen);
+                fill(scales, range.clone(), &mut self.scales);
+                fill(biases, range, &mut self.biases);
                 (&self.scales, &self.biases)
             }
         }
     }
 }
 
-#[inline(always)]
-fn fill(
-    side: Side<'_>,
-    range: Range<usize>,
-    out: &mut Vec<f32>,
-    widen: impl Fn(&[f16], &mut [f32]),
-) {
+fn fill(side: Side<'_>, range: Range<usize>, out: &mut Vec<f32>) {
     out.clear();
     match side {
         Side::Single(v) => out.extend_from_slice(&v[range]),
@@ -108,7 +100,35 @@ fn fill(
     }
 }
 
-/// Float16 to float32 for any processor (exact).
-pub(super) fn widen_portable(src: &[f16], dst: &mut [f32]) {
+/// Float16 to float32 (exact): 8 at a time with F16C where the processor has it (`half`'s
+/// slice conversion calls a function per 8 values: 5.8% of a decode step when tried).
+fn widen(src: &[f16], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("f16c") {
+        // SAFETY: the processor has F16C.
+        return unsafe { widen_f16c(src, dst) };
+    }
     src.convert_to_f32_slice(dst);
+}
+
+/// # Safety
+/// The processor has F16C; `dst` is as long as `src`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "f16c")]
+unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+    let whole = src.len() / 8 * 8;
+    for (s, d) in src[..whole]
+        .chunks_exact(8)
+        .zip(dst[..whole].chunks_exact_mut(8))
+    {
+        // SAFETY: 8 float16 values are readable at `s`, 8 floats writable at `d`.
+        unsafe {
+            _mm256_storeu_ps(
+                d.as_mut_ptr(),
+                _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast::<__m128i>())),
+            )
+        };
+    }
+    src[whole..].convert_to_f32_slice(&mut dst[whole..]);
 }

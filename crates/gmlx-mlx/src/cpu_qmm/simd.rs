@@ -75,12 +75,6 @@ pub(super) trait Lanes {
     /// A block's 32 codes widened to float32, in the order [`Rows`] lays `x` out.
     type Codes: Copy;
 
-    /// `src` as float32 into `dst` (as long).
-    ///
-    /// # Safety
-    /// The processor has the instruction set.
-    unsafe fn widen_half(src: &[half::f16], dst: &mut [f32]);
-
     /// Block codes from `words`.
     ///
     /// # Safety
@@ -127,10 +121,7 @@ pub(super) unsafe fn features<K: Lanes>(
             prefetch(side.address(at));
         }
     }
-    let (scales, biases) = widened.read(w.scales, w.biases, range, |src, dst| {
-        // SAFETY: the instruction set.
-        unsafe { K::widen_half(src, dst) }
-    });
+    let (scales, biases) = widened.read(w.scales, w.biases, range);
     for (i, out) in chunk.chunks_exact_mut(rows).enumerate() {
         let side = Side {
             scales: &scales[i * groups..(i + 1) * groups],
