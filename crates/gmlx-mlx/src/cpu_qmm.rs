@@ -5,8 +5,8 @@
 //! (about 1.5 GMAC/s), so a decode step costs the same per stream however many streams share
 //! it. This kernel unpacks each group once for all rows and splits the output features over
 //! the rayon pool. For 4 and 8 bits on x86_64 (AVX-512 or AVX2 intrinsics, [`Kernel`]) it sums
-//! in the factored form `scale * (codes . x) + bias * sum(x)` per block of 32 columns, so the
-//! codes go straight from integers to products, and prefetches the codes ahead of the loads;
+//! `(scale * codes) . x` per block of 32 columns and `bias * sum(x)` per group, so the codes go
+//! straight from integers to products, and prefetches the codes ahead of the loads;
 //! the other widths dequantize first (portable 8-lane code). Each row's sum runs in the same
 //! order whatever the number of rows, so a row's result does not depend on what it is
 //! batched with.
@@ -274,7 +274,7 @@ impl Affine<'_> {
         };
         let prepared = match kernel {
             Kernel::Portable => Prepared::default(),
-            _ => Prepared::new(x, rows, self.cols, self.bits),
+            _ => Prepared::new(x, rows, self.cols, self.bits, self.group_size),
         };
         let fma = has_fma();
         let task = |(task, chunk): (usize, &mut [f32])| {

@@ -2,6 +2,7 @@
 //! widened from bytes in one instruction (for 4 bits the even codes are the low nibbles of
 //! the 16 widened bytes, the odd ones their high nibbles), half the instructions of AVX2's.
 use std::arch::x86_64::*;
+use std::array::from_fn;
 
 use super::simd::{self, Lanes, Row, Rows};
 use super::Affine;
@@ -33,11 +34,11 @@ impl Lanes for Avx512 {
 
     #[target_feature(enable = "avx512f,f16c")]
     #[inline]
-    unsafe fn widen(words: &[u32], bits: usize) -> [__m512; 2] {
+    unsafe fn widen<const BITS: usize>(words: &[u32], scale: f32) -> [__m512; 2] {
         let p = words.as_ptr().cast::<__m128i>();
         // SAFETY: 4 bits: 16 readable bytes; 8 bits: 32.
         let (low, high) = unsafe {
-            if bits == 4 {
+            if BITS == 4 {
                 let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(p));
                 (
                     _mm512_and_si512(bytes, _mm512_set1_epi32(0x0F)),
@@ -50,46 +51,72 @@ impl Lanes for Avx512 {
                 )
             }
         };
-        [_mm512_cvtepi32_ps(low), _mm512_cvtepi32_ps(high)]
+        let scale = _mm512_set1_ps(scale);
+        [
+            _mm512_mul_ps(_mm512_cvtepi32_ps(low), scale),
+            _mm512_mul_ps(_mm512_cvtepi32_ps(high), scale),
+        ]
     }
 
-    /// Per row two vector chains (even and odd blocks) for the code products and two scalar
-    /// ones for the bias terms, added at the end.
+    /// Per row two vector chains (a block's first and second 16 columns), then the bias terms
+    /// as a third, added before the one horizontal sum.
     #[target_feature(enable = "avx512f,f16c")]
     #[inline]
     unsafe fn dots<const R: usize>(
         rows: [Row<'_>; R],
+        biases: &[f32],
         q: impl Fn(usize) -> [__m512; 2],
     ) -> [f32; R] {
-        let first = &rows[0];
-        let blocks = first.sums.len();
-        let mut even = [_mm512_setzero_ps(); R];
-        let mut odd = [_mm512_setzero_ps(); R];
-        let (mut even_bias, mut odd_bias) = ([0f32; R], [0f32; R]);
+        let blocks = rows[0].x.len() / 32;
+        let starts: [*const f32; R] = from_fn(|r| rows[r].x.as_ptr());
+        let mut low = [_mm512_setzero_ps(); R];
+        let mut high = [_mm512_setzero_ps(); R];
         for b in 0..blocks {
-            let g = b >> first.shift;
             let codes = q(b);
-            let scale = _mm512_set1_ps(first.scales[g]);
-            let bias = first.biases[g];
             for r in 0..R {
-                let at = rows[r].x[b * 32..b * 32 + 32].as_ptr();
-                // SAFETY: 32 floats from `at`.
-                let (x0, x1) = unsafe { (_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(16))) };
-                let d = _mm512_fmadd_ps(codes[1], x1, _mm512_mul_ps(codes[0], x0));
-                if b % 2 == 0 {
-                    even[r] = _mm512_fmadd_ps(d, scale, even[r]);
-                    even_bias[r] = bias.mul_add(rows[r].sums[b], even_bias[r]);
-                } else {
-                    odd[r] = _mm512_fmadd_ps(d, scale, odd[r]);
-                    odd_bias[r] = bias.mul_add(rows[r].sums[b], odd_bias[r]);
-                }
+                // SAFETY: every row holds `blocks` blocks of 32 floats.
+                let (x0, x1) = unsafe {
+                    let at = starts[r].add(b * 32);
+                    (_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(16)))
+                };
+                low[r] = _mm512_fmadd_ps(codes[0], x0, low[r]);
+                high[r] = _mm512_fmadd_ps(codes[1], x1, high[r]);
             }
         }
-        let mut out = [0f32; R];
-        for r in 0..R {
-            out[r] =
-                _mm512_reduce_add_ps(_mm512_add_ps(even[r], odd[r])) + (even_bias[r] + odd_bias[r]);
-        }
-        out
+        // SAFETY: the instruction set.
+        from_fn(|r| unsafe {
+            let bias = bias_dot(biases, rows[r].sums);
+            _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(low[r], high[r]), bias))
+        })
     }
+}
+
+/// `a . b` over their common length, as 16 lanes.
+///
+/// # Safety
+/// AVX-512F.
+#[target_feature(enable = "avx512f,f16c")]
+#[inline]
+unsafe fn bias_dot(a: &[f32], b: &[f32]) -> __m512 {
+    let n = a.len().min(b.len());
+    let (a, b) = (a.as_ptr(), b.as_ptr());
+    let mut acc = _mm512_setzero_ps();
+    let mut i = 0;
+    // SAFETY (both): `n` floats are readable from `a` and `b`; the masked loads read only the
+    // lanes below `n`.
+    while i + 16 <= n {
+        acc = unsafe { _mm512_fmadd_ps(_mm512_loadu_ps(a.add(i)), _mm512_loadu_ps(b.add(i)), acc) };
+        i += 16;
+    }
+    if i < n {
+        let mask: __mmask16 = (1 << (n - i)) - 1;
+        acc = unsafe {
+            _mm512_fmadd_ps(
+                _mm512_maskz_loadu_ps(mask, a.add(i)),
+                _mm512_maskz_loadu_ps(mask, b.add(i)),
+                acc,
+            )
+        };
+    }
+    acc
 }

@@ -1,15 +1,18 @@
 //! What the AVX2 and AVX-512 kernels share: `x` prepared as they read it, and the loop over a
 //! task's features that widens each block's codes once for all rows. Both compute, per row,
-//! `sum_b scale_b * (q_b . x_b) + bias_b * sum(x_b)` over blocks `b` of 32 columns: the codes
-//! are widened to float32 (exact) and multiplied into the row directly, and the bias term
-//! comes from each block's sum of `x`, computed once per product.
+//! `sum_b (scale_g * q_b) . x_b + sum_g bias_g * sum(x_g)` over blocks `b` of 32 columns and
+//! groups `g`: the codes are widened to float32 (exact) and scaled once for all rows, so a
+//! row's block costs two fused multiply-adds, and the bias terms are one dot product per row
+//! with the group sums of `x`, computed once per product.
 use std::array::from_fn;
 
 use super::side::Widened;
 use super::{Affine, MAX_ROWS};
 
-/// Rows that read a block's widened codes together (8 streams of the default model: 142-151
-/// tok/s with 8, 131-135 with 6, 134 with 4, 127 with 3, 101 with each row alone).
+/// Rows that read a block's widened codes together: up to this many straight from the widening
+/// (in registers), more from the stored codes in batches of this many (8 streams of the
+/// default model, stored codes: 142-151 tok/s with 8, 131-135 with 6, 134 with 4, 127 with 3,
+/// 101 with each row alone; read straight, 180-201 against 152-162 stored).
 const ROWS_TOGETHER: usize = 8;
 
 /// Blocks past the one being multiplied whose codes are prefetched. The
@@ -26,7 +29,7 @@ pub(super) fn reads(bits: usize, group_size: usize, rows: usize) -> bool {
 
 /// The rows of `x` as the kernels read them: each block of 32 columns in the order its codes
 /// widen to (for 4 bits the even columns, then the odd ones: a byte's low nibble is the even
-/// code), and each block's sum.
+/// code), and each group's sum.
 #[derive(Default)]
 pub(super) struct Rows {
     x: Vec<f32>,
@@ -34,62 +37,66 @@ pub(super) struct Rows {
 }
 
 impl Rows {
-    pub(super) fn new(x: &[f32], rows: usize, cols: usize, bits: usize) -> Rows {
+    pub(super) fn new(x: &[f32], rows: usize, cols: usize, bits: usize, group_size: usize) -> Rows {
         let mut out = Rows {
             x: Vec::with_capacity(rows * cols),
-            sums: Vec::with_capacity(rows * cols / 32),
+            sums: Vec::with_capacity(rows * cols / group_size),
         };
-        for block in x[..rows * cols].chunks_exact(32) {
+        let blocks_per_group = group_size / 32;
+        let mut lanes = [0f32; 8];
+        for (b, block) in x[..rows * cols].chunks_exact(32).enumerate() {
             if bits == 4 {
                 out.x.extend(block.iter().step_by(2));
                 out.x.extend(block.iter().skip(1).step_by(2));
             } else {
                 out.x.extend_from_slice(block);
             }
-            let mut lanes = [0f32; 8];
             for part in block.chunks_exact(8) {
                 for (l, v) in lanes.iter_mut().zip(part) {
                     *l += v;
                 }
             }
-            out.sums.push(super::sum_lanes(&lanes));
+            if (b + 1) % blocks_per_group == 0 {
+                out.sums.push(super::sum_lanes(&lanes));
+                lanes = [0.0; 8];
+            }
         }
         out
     }
 }
 
-/// One prepared row of `x` against one feature's scales and biases.
+/// One prepared row of `x`.
+#[derive(Clone, Copy)]
 pub(super) struct Row<'a> {
     /// The row, laid out as [`Rows`] says.
     pub(super) x: &'a [f32],
-    /// Each block's sum of `x`.
+    /// Each group's sum of `x`.
     pub(super) sums: &'a [f32],
-    pub(super) scales: &'a [f32],
-    pub(super) biases: &'a [f32],
-    /// Block `b`'s group is `b >> shift`.
-    pub(super) shift: u32,
 }
 
 /// One instruction set's kernel.
 pub(super) trait Lanes {
-    /// A block's 32 codes widened to float32, in the order [`Rows`] lays `x` out.
+    /// A block's 32 codes widened to float32 and multiplied by their scale, in the order
+    /// [`Rows`] lays `x` out.
     type Codes: Copy;
 
-    /// Block codes from `words`.
+    /// Block codes of `BITS` bits (4 or 8) from `words`, times `scale`.
     ///
     /// # Safety
-    /// The processor has the instruction set; `words` holds at least `bits` words.
-    unsafe fn widen(words: &[u32], bits: usize) -> Self::Codes;
+    /// The processor has the instruction set; `words` holds at least `BITS` words.
+    unsafe fn widen<const BITS: usize>(words: &[u32], scale: f32) -> Self::Codes;
 
-    /// For each of `R` rows, its dot product with the feature whose block `b` has codes `q(b)`
-    /// (read once for the `R` rows). A row's arithmetic is the same whatever `R`, so its result
-    /// does not depend on the rows beside it.
+    /// For each of `R` rows, its dot product with the feature: the scaled codes `q(b)` of
+    /// every block `b` (read once for the `R` rows) and `biases` (one per group) times the
+    /// row's group sums. A row's arithmetic is the same whatever `R`, so its result does not
+    /// depend on the rows beside it.
     ///
     /// # Safety
-    /// The processor has the instruction set; `q(b)` is safe to call for every block; the rows
-    /// have as many blocks.
+    /// The processor has the instruction set; `q(b)` is safe to call for every block of the
+    /// first row; every row is as long, with as many group sums as `biases`.
     unsafe fn dots<const R: usize>(
         rows: [Row<'_>; R],
+        biases: &[f32],
         q: impl Fn(usize) -> Self::Codes,
     ) -> [f32; R];
 }
@@ -128,7 +135,13 @@ pub(super) unsafe fn features<K: Lanes>(
             biases: &biases[i * groups..(i + 1) * groups],
         };
         // SAFETY: as the caller promised.
-        unsafe { feature::<K>(w, first + i, side, x, out, &mut codes) };
+        unsafe {
+            if w.bits == 4 {
+                feature::<K, 4>(w, first + i, side, x, out, &mut codes)
+            } else {
+                feature::<K, 8>(w, first + i, side, x, out, &mut codes)
+            }
+        };
     }
     widened.give_back();
 }
@@ -139,14 +152,14 @@ struct Side<'a> {
     biases: &'a [f32],
 }
 
-/// Feature `n` of `w` times each prepared row into `out[row]`: one row widens the codes as it
-/// goes; several widen them once into `codes` and each row reads them there, with the same
-/// arithmetic in the same order.
+/// Feature `n` of `w` times each prepared row into `out[row]`: up to [`ROWS_TOGETHER`] rows
+/// read the codes as they are widened; more widen them once into `codes` and each row reads
+/// them there, with the same arithmetic in the same order.
 ///
 /// # Safety
 /// As [`features`].
 #[inline(always)]
-unsafe fn feature<K: Lanes>(
+unsafe fn feature<K: Lanes, const BITS: usize>(
     w: &Affine<'_>,
     n: usize,
     side: Side<'_>,
@@ -156,32 +169,48 @@ unsafe fn feature<K: Lanes>(
 ) {
     let cols = w.cols;
     let blocks = cols / 32;
-    let block_words = w.bits; // 32 codes of `bits` bits are `bits` words
+    let groups = cols / w.group_size;
+    let block_words = BITS; // 32 codes of `BITS` bits are `BITS` words
     let words = &w.codes[n * blocks * block_words..(n + 1) * blocks * block_words];
     let Side { scales, biases } = side;
     let shift = (w.group_size / 32).trailing_zeros();
     let row = |r: usize| Row {
         x: &x.x[r * cols..(r + 1) * cols],
-        sums: &x.sums[r * blocks..(r + 1) * blocks],
-        scales,
-        biases,
-        shift,
+        sums: &x.sums[r * groups..(r + 1) * groups],
     };
-    // Block `b`'s codes, prefetching those PREFETCH_BLOCKS on (into the next features past
-    // the last block; the side data is prefetched a task ahead, in `features`).
+    // Block `b`'s scaled codes, prefetching those PREFETCH_BLOCKS on (into the next features
+    // past the last block; the side data is prefetched a task ahead, in `features`).
     let widen = |b: usize| {
         let ahead = b + PREFETCH_BLOCKS;
         prefetch(words.as_ptr().wrapping_add(ahead * block_words));
         // SAFETY: the instruction set; block `b`'s `bits` words are within the feature's codes.
-        unsafe { K::widen(&words[b * block_words..], w.bits) }
+        unsafe { K::widen::<BITS>(&words[b * block_words..], scales[b >> shift]) }
     };
-    if out.len() == 1 {
-        // SAFETY: the instruction set.
-        out[0] = unsafe { K::dots([row(0)], widen) }[0];
+    if out.len() <= ROWS_TOGETHER {
+        // up to ROWS_TOGETHER rows read each block's codes as they are widened
+        // SAFETY (all): the instruction set; every row has `blocks` blocks.
+        unsafe {
+            match out.len() {
+                1 => out.copy_from_slice(&K::dots([row(0)], biases, widen)),
+                2 => out.copy_from_slice(&K::dots(from_fn::<_, 2, _>(row), biases, widen)),
+                3 => out.copy_from_slice(&K::dots(from_fn::<_, 3, _>(row), biases, widen)),
+                4 => out.copy_from_slice(&K::dots(from_fn::<_, 4, _>(row), biases, widen)),
+                5 => out.copy_from_slice(&K::dots(from_fn::<_, 5, _>(row), biases, widen)),
+                6 => out.copy_from_slice(&K::dots(from_fn::<_, 6, _>(row), biases, widen)),
+                7 => out.copy_from_slice(&K::dots(from_fn::<_, 7, _>(row), biases, widen)),
+                _ => out.copy_from_slice(&K::dots(
+                    from_fn::<_, ROWS_TOGETHER, _>(row),
+                    biases,
+                    widen,
+                )),
+            }
+        }
         return;
     }
-    // a plain loop: `extend` over an iterator is compiled apart from this instruction set, and
-    // its call per block took a ninth of an 8-stream step
+    // more widen the codes once into `codes`; each group of rows reads them there, with the
+    // same arithmetic in the same order
+    // (a plain loop: `extend` over an iterator is compiled apart from this instruction set, and
+    // its call per block took a ninth of an 8-stream step)
     codes.clear();
     for b in 0..blocks {
         codes.push(widen(b));
@@ -198,14 +227,18 @@ unsafe fn feature<K: Lanes>(
         };
         let part = &mut out[r..r + take];
         let rows = |i| row(r + i);
-        // SAFETY: the instruction set; `codes` holds every block.
+        // SAFETY: the instruction set; `codes` holds every block of the rows.
         unsafe {
             match take {
-                1 => part.copy_from_slice(&K::dots([row(r)], stored)),
-                2 => part.copy_from_slice(&K::dots(from_fn::<_, 2, _>(rows), stored)),
-                3 => part.copy_from_slice(&K::dots(from_fn::<_, 3, _>(rows), stored)),
-                4 => part.copy_from_slice(&K::dots(from_fn::<_, 4, _>(rows), stored)),
-                _ => part.copy_from_slice(&K::dots(from_fn::<_, ROWS_TOGETHER, _>(rows), stored)),
+                1 => part.copy_from_slice(&K::dots([row(r)], biases, stored)),
+                2 => part.copy_from_slice(&K::dots(from_fn::<_, 2, _>(rows), biases, stored)),
+                3 => part.copy_from_slice(&K::dots(from_fn::<_, 3, _>(rows), biases, stored)),
+                4 => part.copy_from_slice(&K::dots(from_fn::<_, 4, _>(rows), biases, stored)),
+                _ => part.copy_from_slice(&K::dots(
+                    from_fn::<_, ROWS_TOGETHER, _>(rows),
+                    biases,
+                    stored,
+                )),
             }
         }
         r += take;
