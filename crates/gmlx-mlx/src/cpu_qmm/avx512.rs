@@ -36,22 +36,32 @@ impl Lanes for Avx512 {
     #[inline]
     unsafe fn widen<const BITS: usize>(words: &[u32], scale: f32) -> [__m512; 2] {
         let p = words.as_ptr().cast::<__m128i>();
-        // SAFETY: 4 bits: 16 readable bytes; 8 bits: 32.
-        let (low, high) = unsafe {
-            if BITS == 4 {
-                let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(p));
-                (
-                    _mm512_and_si512(bytes, _mm512_set1_epi32(0x0F)),
-                    _mm512_srli_epi32::<4>(bytes),
-                )
-            } else {
-                (
-                    _mm512_cvtepu8_epi32(_mm_loadu_si128(p)),
-                    _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(1))),
-                )
-            }
-        };
         let scale = _mm512_set1_ps(scale);
+        if BITS == 4 {
+            // the 16 values `scale * code` looked up by each code (a permute reads an index's
+            // low 4 bits): the same products as widening each code and multiplying, with one
+            // multiplication per block instead of two and no conversions
+            let table = _mm512_mul_ps(
+                _mm512_setr_ps(
+                    0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0,
+                    15.0,
+                ),
+                scale,
+            );
+            // SAFETY: 16 readable bytes.
+            let bytes = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(p) });
+            return [
+                _mm512_permutexvar_ps(bytes, table),
+                _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(bytes), table),
+            ];
+        }
+        // SAFETY: 32 readable bytes.
+        let (low, high) = unsafe {
+            (
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(p)),
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(1))),
+            )
+        };
         [
             _mm512_mul_ps(_mm512_cvtepi32_ps(low), scale),
             _mm512_mul_ps(_mm512_cvtepi32_ps(high), scale),
