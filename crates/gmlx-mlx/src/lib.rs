@@ -18,6 +18,7 @@ pub mod blas;
 pub mod cache_check;
 pub mod checkpoint;
 mod closure;
+pub mod cpu_attend;
 pub mod cpu_qmm;
 pub mod cuda_qmv;
 pub mod custom_vjp;

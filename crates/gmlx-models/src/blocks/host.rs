@@ -79,24 +79,6 @@ pub fn silu_times_pass(gate: &Array, up: &Array) -> Result<Option<Array>> {
     Ok(Some(gmlx_mlx::owned::f32_array(g, gate.shape())?))
 }
 
-/// `sum(a * b)` in eight lanes (as a vector unit sums).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
-}
-
 /// Softmax attention of one token's queries (`n_heads` vectors of `d`) over every key and
 /// value held (token-major, `kv_heads` vectors of `d` per token; query head `h` reads
 /// key/value head `h / (n_heads / kv_heads)`): `n_heads` output vectors of `d`. Query heads
@@ -117,26 +99,8 @@ pub fn attend_one(
     let tokens = keys.len() / width.max(1);
     let mut out = vec![0f32; q.len()];
     let head = |h: usize, o: &mut [f32]| {
-        let kv = h / group;
         let qh = &q[h * d..(h + 1) * d];
-        let mut scores: Vec<f32> = (0..tokens)
-            .map(|j| dot(qh, &keys[j * width + kv * d..j * width + (kv + 1) * d]) * scale)
-            .collect();
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0f32;
-        for s in &mut scores {
-            *s = (*s - max).exp();
-            sum += *s;
-        }
-        for (j, p) in scores.iter().enumerate() {
-            let v = &values[j * width + kv * d..j * width + (kv + 1) * d];
-            for (o, v) in o.iter_mut().zip(v) {
-                *o += p * v;
-            }
-        }
-        for o in o.iter_mut() {
-            *o /= sum;
-        }
+        gmlx_mlx::cpu_attend::head(qh, keys, values, width, h / group, d, scale, o);
     };
     if n_heads > 1 && tokens * q.len() >= 1 << 12 {
         use rayon::prelude::*;
