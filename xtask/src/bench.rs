@@ -24,7 +24,7 @@ pub fn run(args: &[String]) -> Result<()> {
         ),
         other => bail!(
             "usage: cargo xtask bench mlx [--size N --reps R] \
-             | serve [--tokens N --streams 1,2,4,8 --threads N] \
+             | serve [--tokens N --streams 1,2,4,8 --threads N --rounds N] \
              | gguf FILE|SHAPE [--prompt N --decode N --threads N] \
              | cpu [FILE] [--rounds N --threads N] \
              | gpu [--types T,.. --depth N --gmlx BIN --llama-cpp DIR --python PY] \

@@ -144,7 +144,7 @@ fn memory_bandwidth(threads: usize) -> f64 {
     best
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {

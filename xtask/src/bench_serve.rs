@@ -1,9 +1,11 @@
 //! The HTTP half of `cargo xtask bench serve`: `gmlx-server` (release build) and llama.cpp's
 //! `llama-server` (CPU build of the pinned llama.cpp, one slot per stream) on the default
 //! model, each sent the same concurrent `/v1/completions` requests (greedy, `ignore_eos`, a
-//! fixed number of tokens each) by the same client, one server after the other in one run.
-//! Prints the aggregate generated tokens per second of each at every stream count, and their
-//! ratio, and keeps the JSON line as `serve-http.json`.
+//! fixed number of tokens each) by the same client. Both servers run side by side (an idle one
+//! takes no processor time) and are measured alternately at each stream count, `--rounds`
+//! times (3; the server measured first alternates between rounds). Prints the median
+//! aggregate generated tokens per second of each at every stream count (each round in
+//! brackets) and their ratio, and keeps the JSON line as `serve-http.json`.
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -11,10 +13,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::bench_cpu::median;
+
 struct Options {
     tokens: usize,
     streams: Vec<usize>,
     threads: usize,
+    rounds: usize,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -33,10 +38,15 @@ fn parse(args: &[String]) -> Result<Options> {
         bail!("--tokens and every --streams count must be at least 1");
     }
     let threads = value("--threads").map_or(Ok(2), |v| v.parse().context("--threads N"))?;
+    let rounds = value("--rounds").map_or(Ok(3), |v| v.parse().context("--rounds N"))?;
+    if rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
     Ok(Options {
         tokens,
         streams,
         threads,
+        rounds,
     })
 }
 
@@ -145,15 +155,17 @@ fn start(name: &'static str, cmd: &mut Command, port: u16) -> Result<Server> {
     bail!("{name} was not ready after 300 s")
 }
 
-/// Aggregate generated tokens per second of `n` concurrent requests.
-fn aggregate(server: &Server, model: &str, n: usize, tokens: usize) -> Result<f64> {
+/// Aggregate generated tokens per second of `n` concurrent requests, their prompts marked
+/// with `run` (each measurement's prompts are new to both servers: llama-server keeps
+/// earlier prompts in its slots, and repeated ones slowed its later rounds by a quarter).
+fn aggregate(server: &Server, model: &str, n: usize, tokens: usize, run: usize) -> Result<f64> {
     let start = Instant::now();
     let handles: Vec<_> = (0..n)
         .map(|i| {
             let port = server.port;
             let body = serde_json::json!({
                 "model": model,
-                "prompt": format!("Story number {i}: once upon a time"),
+                "prompt": format!("Story {run}.{i}: once upon a time"),
                 "max_tokens": tokens,
                 "temperature": 0.0,
                 "ignore_eos": true,
@@ -184,15 +196,6 @@ fn died_of_signal(e: &anyhow::Error) -> bool {
         .is_some_and(|x| x.status.signal().is_some())
 }
 
-/// One warm-up request, then every stream count.
-fn measure(server: &Server, model: &str, o: &Options) -> Result<Vec<f64>> {
-    aggregate(server, model, 1, o.tokens)?;
-    o.streams
-        .iter()
-        .map(|&n| aggregate(server, model, n, o.tokens))
-        .collect()
-}
-
 pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     let refs = crate::setup::run()?;
@@ -211,7 +214,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let width = o.streams.iter().copied().max().unwrap_or(1);
 
     let port = free_port()?;
-    let server = start(
+    let ours = start(
         "gmlx-server",
         Command::new(&gmlx)
             .arg(&model)
@@ -219,8 +222,6 @@ pub fn run(args: &[String]) -> Result<()> {
             .args(["--batch-width", &width.to_string()]),
         port,
     )?;
-    let ours = measure(&server, &id, &o)?;
-    drop(server);
 
     // each slot holds its prompt and its tokens
     let context = width * (o.tokens + 64);
@@ -238,7 +239,7 @@ pub fn run(args: &[String]) -> Result<()> {
             port,
         )
     };
-    let (server, repack) = match llama_server(&[]) {
+    let (theirs, repack) = match llama_server(&[]) {
         // as llama-bench (bench_gguf): a processor that advertises AMX a VM does not let
         // programs use kills the native build in its repacking kernels
         Err(e) if died_of_signal(&e) => {
@@ -249,27 +250,59 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         other => (other?, true),
     };
-    let theirs = measure(&server, &id, &o)?;
-    drop(server);
+
+    // one warm-up request each, then the rounds: at each stream count one server, then the
+    // other (which goes first alternates from round to round)
+    aggregate(&ours, &id, 1, o.tokens, 0)?;
+    aggregate(&theirs, &id, 1, o.tokens, 0)?;
+    let mut measured = vec![(Vec::new(), Vec::new()); o.streams.len()];
+    let mut run = 0;
+    for round in 0..o.rounds {
+        eprintln!("xtask: round {}/{}", round + 1, o.rounds);
+        for (&n, (a, b)) in o.streams.iter().zip(&mut measured) {
+            run += 1;
+            if round % 2 == 0 {
+                a.push(aggregate(&ours, &id, n, o.tokens, run)?);
+                b.push(aggregate(&theirs, &id, n, o.tokens, run)?);
+            } else {
+                b.push(aggregate(&theirs, &id, n, o.tokens, run)?);
+                a.push(aggregate(&ours, &id, n, o.tokens, run)?);
+            }
+        }
+    }
+    drop((ours, theirs));
 
     println!(
-        "HTTP /v1/completions, {} tokens per stream, {} slots, aggregate generated tok/s",
-        o.tokens, width
+        "HTTP /v1/completions, {} tokens per stream, {} slots, {} rounds alternating, median \
+         aggregate generated tok/s (each round in brackets)",
+        o.tokens, width, o.rounds
     );
-    println!(
-        "{:>8} {:>12} {:>13} {:>8}",
-        "streams", "gmlx-server", "llama-server", "ratio"
-    );
+    println!("| streams | gmlx-server | llama-server | ratio |");
+    println!("|---|---|---|---|");
+    let rounds = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let mut rows = Vec::new();
-    for ((n, a), b) in o.streams.iter().zip(&ours).zip(&theirs) {
-        println!("{n:>8} {a:>12.1} {b:>13.1} {:>8.2}", a / b);
+    for (n, (a, b)) in o.streams.iter().zip(&measured) {
+        let (ma, mb) = (median(a.clone()), median(b.clone()));
+        println!(
+            "| {n} | {ma:.1} [{}] | {mb:.1} [{}] | {:.2} |",
+            rounds(a),
+            rounds(b),
+            ma / mb
+        );
         rows.push(serde_json::json!({
-            "streams": n, "gmlx_server": a, "llama_server": b, "ratio": a / b,
+            "streams": n, "gmlx_server": ma, "llama_server": mb, "ratio": ma / mb,
+            "gmlx_server_rounds": a, "llama_server_rounds": b,
         }));
     }
     let json = serde_json::json!({
         "bench": "serve-http", "model": id, "tokens_per_stream": o.tokens,
-        "slots": width, "threads": o.threads, "rows": rows, "llama_server_repack": repack,
+        "slots": width, "threads": o.threads, "rounds": o.rounds, "rows": rows,
+        "llama_server_repack": repack,
     });
     crate::bench::save("serve-http", &json.to_string())
 }
