@@ -199,17 +199,7 @@ pub fn matmul_rows_with(
             weight.cols
         )));
     }
-    let by_feature = weight.multiply(xs, rows, kernel);
-    if rows == 1 {
-        return Ok(by_feature);
-    }
-    let mut out = vec![0f32; rows * weight.features];
-    for (n, values) in by_feature.chunks_exact(rows.max(1)).enumerate() {
-        for (r, v) in values.iter().enumerate() {
-            out[r * weight.features + n] = *v;
-        }
-    }
-    Ok(out)
+    Ok(weight.multiply(xs, rows, kernel))
 }
 
 /// The packed weight's host slices, checked against its shape (the operands must be evaluated).
@@ -249,6 +239,23 @@ fn host_error(e: impl std::fmt::Display) -> Error {
     }
 }
 
+/// The output rows as the pool's tasks store into them, each its own features.
+struct Rows(*mut f32);
+
+// SAFETY: the tasks write disjoint elements of one live buffer (see `Affine::multiply`).
+unsafe impl Send for Rows {}
+// SAFETY: as above.
+unsafe impl Sync for Rows {}
+
+impl Rows {
+    /// # Safety
+    /// `i` is within the buffer, and no other thread reads or writes element `i` meanwhile.
+    unsafe fn write(&self, i: usize, v: f32) {
+        // SAFETY: as the caller promised.
+        unsafe { self.0.add(i).write(v) }
+    }
+}
+
 /// A borrowed affine matrix `[features, cols]`: `w = scale * code + bias` per group.
 struct Affine<'a> {
     codes: &'a [u32],
@@ -261,7 +268,9 @@ struct Affine<'a> {
 }
 
 impl Affine<'_> {
-    /// `x [rows, cols] @ W^T`, laid out feature-major: `[features, rows]`.
+    /// `x [rows, cols] @ W^T`, row-major `[rows, features]`: each task computes its features
+    /// for every row (feature-major, as the kernels write them) and stores them into the rows
+    /// itself, so no pass over the whole output follows on one thread.
     fn multiply(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
         let mut out = vec![0f32; self.features * rows];
         if rows == 0 {
@@ -277,21 +286,47 @@ impl Affine<'_> {
             _ => Prepared::new(x, rows, self.cols, self.bits, self.group_size),
         };
         let fma = has_fma();
-        let task = |(task, chunk): (usize, &mut [f32])| {
-            let first = task * FEATURES_PER_TASK;
-            match kernel {
-                // SAFETY (both): `Kernel::available` checked the processor before the kernel was
-                // chosen, `simd_reads` the operands, and `prepared` holds `rows` rows of `x`.
-                #[cfg(target_arch = "x86_64")]
-                Kernel::Avx512 => unsafe { avx512::features(self, first, &prepared, chunk, rows) },
-                #[cfg(target_arch = "x86_64")]
-                Kernel::Avx2 => unsafe { avx2::features(self, first, &prepared, chunk, rows) },
-                _ => self.portable_features(first, x, chunk, rows, fma),
-            }
+        let compute = |first: usize, chunk: &mut [f32]| match kernel {
+            // SAFETY (both): `Kernel::available` checked the processor before the kernel was
+            // chosen, `simd_reads` the operands, and `prepared` holds `rows` rows of `x`.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => unsafe { avx512::features(self, first, &prepared, chunk, rows) },
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => unsafe { avx2::features(self, first, &prepared, chunk, rows) },
+            _ => self.portable_features(first, x, chunk, rows, fma),
         };
-        out.par_chunks_mut(FEATURES_PER_TASK * rows)
-            .enumerate()
-            .for_each(task);
+        if rows == 1 {
+            // one row: feature-major is row-major
+            out.par_chunks_mut(FEATURES_PER_TASK)
+                .enumerate()
+                .for_each(|(task, chunk)| compute(task * FEATURES_PER_TASK, chunk));
+            return out;
+        }
+        let features = self.features;
+        let dest = Rows(out.as_mut_ptr());
+        (0..features.div_ceil(FEATURES_PER_TASK))
+            .into_par_iter()
+            .for_each(|task| {
+                let first = task * FEATURES_PER_TASK;
+                let count = FEATURES_PER_TASK.min(features - first);
+                // on the stack up to MAX_ROWS rows
+                let (mut stack, mut heap) = ([0f32; FEATURES_PER_TASK * MAX_ROWS], Vec::new());
+                let chunk = if count * rows <= stack.len() {
+                    &mut stack[..count * rows]
+                } else {
+                    heap.resize(count * rows, 0f32);
+                    &mut heap[..]
+                };
+                compute(first, chunk);
+                for (i, values) in chunk.chunks_exact(rows).enumerate() {
+                    for (r, v) in values.iter().enumerate() {
+                        // SAFETY: `r < rows` and `first + i < features`, so the index is within
+                        // `out`, which outlives the pool's work; each (row, feature) belongs to
+                        // this task alone.
+                        unsafe { dest.write(r * features + first + i, *v) };
+                    }
+                }
+            });
         out
     }
 
