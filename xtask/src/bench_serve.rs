@@ -157,7 +157,7 @@ fn start(name: &'static str, cmd: &mut Command, port: u16) -> Result<Server> {
 
 /// Aggregate generated tokens per second of `n` concurrent requests, their prompts marked
 /// with `run` (each measurement's prompts are new to both servers: llama-server keeps
-/// earlier prompts in its slots, and repeated ones slowed its later rounds by a quarter).
+/// earlier prompts in its slots, and repeated ones slowed its later rounds by 26-38%).
 fn aggregate(server: &Server, model: &str, n: usize, tokens: usize, run: usize) -> Result<f64> {
     let start = Instant::now();
     let handles: Vec<_> = (0..n)
