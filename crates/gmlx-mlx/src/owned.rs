@@ -35,8 +35,9 @@ pub fn f32_array(data: Vec<f32>, shape: &[i32]) -> Result<Array> {
         )
     };
     if raw.ctx.is_null() {
-        // SAFETY: MLX did not take the payload.
-        unsafe { free_vec(payload) };
+        // MLX failed (out of memory) either before it took the payload or after: its array
+        // releases the payload when it is dropped, also when the handle's own allocation fails
+        // after it. Freeing the payload here could free it twice, so this path leaves it.
         return Err(Error::HostKernel {
             reason: "MLX could not make an array over host memory".into(),
         });
