@@ -160,8 +160,7 @@ fn keeps_leading_dimensions_and_reads_strided_views() -> R<()> {
 #[test]
 fn a_rows_result_does_not_depend_on_its_batch() -> R<()> {
     Device::set_default(&Device::cpu());
-    // 5 rows read each block's codes as they are widened; 13 read them stored, in batches
-    // of 8, 4 and 1 row
+    // 5 rows read each block's codes together; 13 in a group of 8 and one of 5
     for rows in [5, 13] {
         for (bits, group_size) in [(4, 32), (8, 64)] {
             let q = Quantized::new(96, 576, group_size, bits, 9)?;

@@ -1,5 +1,5 @@
 //! What the AVX2 and AVX-512 kernels share: `x` prepared as they read it, and the loop over a
-//! task's features that widens each block's codes once for all rows. Both compute, per row,
+//! task's features that widens each block's codes once for every 8 rows. Both compute, per row,
 //! `sum_b (scale_g * q_b) . x_b + sum_g bias_g * sum(x_g)` over blocks `b` of 32 columns and
 //! groups `g`: the codes are widened to float32 (exact) and scaled once for all rows, so a
 //! row's block costs two fused multiply-adds, and the bias terms are one dot product per row
@@ -9,10 +9,10 @@ use std::array::from_fn;
 use super::side::Widened;
 use super::{Affine, MAX_ROWS};
 
-/// Rows that read a block's widened codes together: up to this many straight from the widening
-/// (in registers), more from the stored codes in batches of this many (8 streams of the
-/// default model, stored codes: 142-151 tok/s with 8, 131-135 with 6, 134 with 4, 127 with 3,
-/// 101 with each row alone; read straight, 180-201 against 152-162 stored).
+/// Rows that read a block's widened codes together, in registers as they are widened (8 streams
+/// of the default model with the codes stored for the rows to reload: 142-151 tok/s with 8,
+/// 131-135 with 6, 134 with 4, 127 with 3, 101 with each row alone; read in registers,
+/// 180-201 against 152-162 stored).
 const ROWS_TOGETHER: usize = 8;
 
 /// Blocks past the one being multiplied whose codes are prefetched. The
@@ -116,8 +116,6 @@ pub(super) unsafe fn features<K: Lanes>(
     chunk: &mut [f32],
     rows: usize,
 ) {
-    // one row reads the codes as it widens them; several share them widened once
-    let mut codes = Vec::with_capacity(if rows > 1 { w.cols / 32 } else { 0 });
     let groups = w.cols / w.group_size;
     let features = chunk.len() / rows;
     let mut widened = Widened::take();
@@ -137,9 +135,9 @@ pub(super) unsafe fn features<K: Lanes>(
         // SAFETY: as the caller promised.
         unsafe {
             if w.bits == 4 {
-                feature::<K, 4>(w, first + i, side, x, out, &mut codes)
+                feature::<K, 4>(w, first + i, side, x, out)
             } else {
-                feature::<K, 8>(w, first + i, side, x, out, &mut codes)
+                feature::<K, 8>(w, first + i, side, x, out)
             }
         };
     }
@@ -152,9 +150,11 @@ struct Side<'a> {
     biases: &'a [f32],
 }
 
-/// Feature `n` of `w` times each prepared row into `out[row]`: up to [`ROWS_TOGETHER`] rows
-/// read the codes as they are widened; more widen them once into `codes` and each row reads
-/// them there, with the same arithmetic in the same order.
+/// Feature `n` of `w` times each prepared row into `out[row]`, [`ROWS_TOGETHER`] rows at a
+/// time (the last group what is left): each group reads every block's codes in registers as
+/// they are widened (again for each group: fewer instructions than storing them once and
+/// reloading them for every group), with the same arithmetic in the same order for every
+/// row.
 ///
 /// # Safety
 /// As [`features`].
@@ -165,7 +165,6 @@ unsafe fn feature<K: Lanes, const BITS: usize>(
     side: Side<'_>,
     x: &Rows,
     out: &mut [f32],
-    codes: &mut Vec<K::Codes>,
 ) {
     let cols = w.cols;
     let blocks = cols / 32;
@@ -186,8 +185,8 @@ unsafe fn feature<K: Lanes, const BITS: usize>(
         // SAFETY: the instruction set; block `b`'s `bits` words are within the feature's codes.
         unsafe { K::widen::<BITS>(&words[b * block_words..], scales[b >> shift]) }
     };
-    if out.len() <= ROWS_TOGETHER {
-        // up to ROWS_TOGETHER rows read each block's codes as they are widened
+    for (g, out) in out.chunks_mut(ROWS_TOGETHER).enumerate() {
+        let row = |i: usize| row(g * ROWS_TOGETHER + i);
         // SAFETY (all): the instruction set; every row has `blocks` blocks.
         unsafe {
             match out.len() {
@@ -205,43 +204,6 @@ unsafe fn feature<K: Lanes, const BITS: usize>(
                 )),
             }
         }
-        return;
-    }
-    // more widen the codes once into `codes`; each group of rows reads them there, with the
-    // same arithmetic in the same order
-    // (a plain loop: `extend` over an iterator is compiled apart from this instruction set, and
-    // its call per block took a ninth of an 8-stream step)
-    codes.clear();
-    for b in 0..blocks {
-        codes.push(widen(b));
-    }
-    let stored = |b: usize| codes[b];
-    // rows several at a time (ROWS_TOGETHER, else 4, else what is left): a block's codes are
-    // read once for all of them
-    let mut r = 0;
-    while r < out.len() {
-        let take = match out.len() - r {
-            n if n >= ROWS_TOGETHER => ROWS_TOGETHER,
-            n if n >= 4 => 4,
-            n => n,
-        };
-        let part = &mut out[r..r + take];
-        let rows = |i| row(r + i);
-        // SAFETY: the instruction set; `codes` holds every block of the rows.
-        unsafe {
-            match take {
-                1 => part.copy_from_slice(&K::dots([row(r)], biases, stored)),
-                2 => part.copy_from_slice(&K::dots(from_fn::<_, 2, _>(rows), biases, stored)),
-                3 => part.copy_from_slice(&K::dots(from_fn::<_, 3, _>(rows), biases, stored)),
-                4 => part.copy_from_slice(&K::dots(from_fn::<_, 4, _>(rows), biases, stored)),
-                _ => part.copy_from_slice(&K::dots(
-                    from_fn::<_, ROWS_TOGETHER, _>(rows),
-                    biases,
-                    stored,
-                )),
-            }
-        }
-        r += take;
     }
 }
 
