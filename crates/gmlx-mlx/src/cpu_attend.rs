@@ -5,25 +5,40 @@
 //! elsewhere portable 8-lane code. Either way a head's arithmetic depends only on its own
 //! query, keys and values.
 
-/// Query head `q` (`d` values) over `keys` and `values` (token-major, `width` values per
-/// token, this head's key/value head starting at `kv * d`), scaled by `scale`: the softmax
-/// of the scores times the values, into `o` (`d` values, overwritten).
+/// The keys and values a sequence holds: token-major, `width` values per token (every
+/// key/value head of the token, one after another).
+pub struct Held<'a> {
+    pub keys: &'a [f32],
+    pub values: &'a [f32],
+    pub width: usize,
+}
+
+impl Held<'_> {
+    /// Tokens held (whole ones in both keys and values).
+    fn tokens(&self) -> usize {
+        self.keys.len().min(self.values.len()) / self.width.max(1)
+    }
+
+    /// Where token `j`'s key/value head `kv` of `d` values starts.
+    fn start(&self, j: usize, kv: usize, d: usize) -> usize {
+        j * self.width + kv * d
+    }
+}
+
+/// Query head `q` (its `d` values) over key/value head `kv` of `held` (`d` values from
+/// `kv * d` in each token), scaled by `scale`: the softmax of the scores times the values, into
+/// `o` (`d` values, overwritten).
 ///
 /// # Panics
-/// Where `q` or `o` is shorter than `d`, or a token's head lies outside `width`.
-#[allow(clippy::too_many_arguments)]
-pub fn head(
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    width: usize,
-    kv: usize,
-    d: usize,
-    scale: f32,
-    o: &mut [f32],
-) {
-    let (q, o) = (&q[..d], &mut o[..d]);
-    assert!((kv + 1) * d <= width, "head {kv} of {d} outside {width}");
+/// Where `o` is shorter than `q`, or head `kv` lies outside a token's `width` values.
+pub fn head(q: &[f32], held: &Held<'_>, kv: usize, scale: f32, o: &mut [f32]) {
+    let d = q.len();
+    let o = &mut o[..d];
+    assert!(
+        (kv + 1) * d <= held.width,
+        "head {kv} of {d} outside {}",
+        held.width
+    );
     #[cfg(target_arch = "x86_64")]
     if matches!(d, 64 | 128) && std::is_x86_feature_detected!("avx512f") {
         // SAFETY: the processor has AVX-512F; `d` is 16 times the vectors asked for, and every
@@ -31,32 +46,25 @@ pub fn head(
         // from the slices' lengths).
         return unsafe {
             if d == 64 {
-                head_avx512::<4>(q, keys, values, width, kv, scale, o)
+                head_avx512::<4>(q, held, kv, scale, o)
             } else {
-                head_avx512::<8>(q, keys, values, width, kv, scale, o)
+                head_avx512::<8>(q, held, kv, scale, o)
             }
         };
     }
-    head_portable(q, keys, values, width, kv, scale, o);
+    head_portable(q, held, kv, scale, o);
 }
 
-fn head_portable(
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    width: usize,
-    kv: usize,
-    scale: f32,
-    o: &mut [f32],
-) {
+fn head_portable(q: &[f32], held: &Held<'_>, kv: usize, scale: f32, o: &mut [f32]) {
     let d = q.len();
-    let tokens = keys.len().min(values.len()) / width.max(1);
-    let at = |j: usize| j * width + kv * d..j * width + (kv + 1) * d;
-    let mut scores: Vec<f32> = (0..tokens).map(|j| dot(q, &keys[at(j)]) * scale).collect();
+    let at = |j: usize| held.start(j, kv, d)..held.start(j, kv, d) + d;
+    let mut scores: Vec<f32> = (0..held.tokens())
+        .map(|j| dot(q, &held.keys[at(j)]) * scale)
+        .collect();
     let sum = softmax_numerators(&mut scores);
     o.fill(0.0);
     for (j, p) in scores.iter().enumerate() {
-        for (o, v) in o.iter_mut().zip(&values[at(j)]) {
+        for (o, v) in o.iter_mut().zip(&held.values[at(j)]) {
             *o += p * v;
         }
     }
@@ -66,14 +74,12 @@ fn head_portable(
 }
 
 /// # Safety
-/// AVX-512F; `q.len()` (= `o.len()`) is `16 * N`; `(kv + 1) * q.len() <= width`.
+/// AVX-512F; `q.len()` (= `o.len()`) is `16 * N`; `(kv + 1) * q.len() <= held.width`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn head_avx512<const N: usize>(
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    width: usize,
+    held: &Held<'_>,
     kv: usize,
     scale: f32,
     o: &mut [f32],
@@ -81,14 +87,14 @@ unsafe fn head_avx512<const N: usize>(
     use std::arch::x86_64::*;
     use std::array::from_fn;
     let d = 16 * N;
-    let tokens = keys.len().min(values.len()) / width.max(1);
-    let (kp, vp) = (keys.as_ptr(), values.as_ptr());
+    let tokens = held.tokens();
+    let (kp, vp) = (held.keys.as_ptr(), held.values.as_ptr());
     // SAFETY (all loads): `q` holds `d` values; token `j`'s head (`d` values from
     // `j * width + kv * d`) is within `keys` and `values`.
     let qv: [__m512; N] = from_fn(|c| unsafe { _mm512_loadu_ps(q.as_ptr().add(16 * c)) });
     let mut scores = Vec::with_capacity(tokens);
     for j in 0..tokens {
-        let k = j * width + kv * d;
+        let k = held.start(j, kv, d);
         let mut acc = _mm512_setzero_ps();
         for (c, qc) in qv.iter().enumerate() {
             acc = _mm512_fmadd_ps(*qc, unsafe { _mm512_loadu_ps(kp.add(k + 16 * c)) }, acc);
@@ -98,7 +104,7 @@ unsafe fn head_avx512<const N: usize>(
     let sum = softmax_numerators(&mut scores);
     let mut acc = [_mm512_setzero_ps(); N];
     for (j, p) in scores.iter().enumerate() {
-        let v = j * width + kv * d;
+        let v = held.start(j, kv, d);
         let p = _mm512_set1_ps(*p);
         for (c, a) in acc.iter_mut().enumerate() {
             *a = _mm512_fmadd_ps(p, unsafe { _mm512_loadu_ps(vp.add(v + 16 * c)) }, *a);

@@ -240,14 +240,14 @@ fn host_error(e: impl std::fmt::Display) -> Error {
 }
 
 /// The output rows as the pool's tasks store into them, each its own features.
-struct Rows(*mut f32);
+struct OutputRows(*mut f32);
 
 // SAFETY: the tasks write disjoint elements of one live buffer (see `Affine::multiply`).
-unsafe impl Send for Rows {}
+unsafe impl Send for OutputRows {}
 // SAFETY: as above.
-unsafe impl Sync for Rows {}
+unsafe impl Sync for OutputRows {}
 
-impl Rows {
+impl OutputRows {
     /// # Safety
     /// `i` is within the buffer, and no other thread reads or writes element `i` meanwhile.
     unsafe fn write(&self, i: usize, v: f32) {
@@ -303,7 +303,7 @@ impl Affine<'_> {
             return out;
         }
         let features = self.features;
-        let dest = Rows(out.as_mut_ptr());
+        let dest = OutputRows(out.as_mut_ptr());
         (0..features.div_ceil(FEATURES_PER_TASK))
             .into_par_iter()
             .for_each(|task| {

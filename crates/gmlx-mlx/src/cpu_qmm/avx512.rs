@@ -1,6 +1,7 @@
-//! The 4- and 8-bit kernel with AVX-512: a block's codes as two vectors of 16 floats, each
-//! widened from bytes in one instruction (for 4 bits the even codes are the low nibbles of
-//! the 16 widened bytes, the odd ones their high nibbles), half the instructions of AVX2's.
+//! The 4- and 8-bit kernel with AVX-512: a block's scaled codes as two vectors of 16 floats,
+//! half the instructions of AVX2's. A 4-bit block's 16 bytes widen in one instruction and each
+//! code (the low nibbles are the even codes, the high ones the odd) looks its value up among
+//! the block's 16 scaled codes; 8-bit codes are converted and scaled.
 use std::arch::x86_64::*;
 use std::array::from_fn;
 

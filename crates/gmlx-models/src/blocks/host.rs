@@ -98,9 +98,14 @@ pub fn attend_one(
     let width = kv_heads * d;
     let tokens = keys.len() / width.max(1);
     let mut out = vec![0f32; q.len()];
+    let held = gmlx_mlx::cpu_attend::Held {
+        keys,
+        values,
+        width,
+    };
     let head = |h: usize, o: &mut [f32]| {
         let qh = &q[h * d..(h + 1) * d];
-        gmlx_mlx::cpu_attend::head(qh, keys, values, width, h / group, d, scale, o);
+        gmlx_mlx::cpu_attend::head(qh, &held, h / group, scale, o);
     };
     if n_heads > 1 && tokens * q.len() >= 1 << 12 {
         use rayon::prelude::*;
