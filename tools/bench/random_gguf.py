@@ -40,6 +40,13 @@ SHAPES["llama3-8b"] = dict(
     context=16384,
 )
 
+# SmolLM2-135M (HuggingFaceTB/SmolLM2-135M config.json): the small, latency-bound decode of the
+# GPU benchmark; the output head is the token embedding (tied), as in the real file.
+SHAPES["smollm2-135m"] = dict(
+    arch="llama", hidden=576, blocks=30, heads=9, kv_heads=3, ffn=1536, vocab=49152,
+    context=8192, rope_base=100_000.0, tied=True,
+)
+
 SCALE = 0.0004  # block scale (f16): keeps random activations finite through 32 blocks
 
 
@@ -234,14 +241,15 @@ def llama(out: str, vocab_from: str, s: dict, qtype) -> None:
     w.add_feed_forward_length(s["ffn"])
     w.add_head_count(s["heads"])
     w.add_head_count_kv(s["kv_heads"])
-    w.add_rope_freq_base(500_000.0)
+    w.add_rope_freq_base(s.get("rope_base", 500_000.0))
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(head_dim)
     w.add_vocab_size(s["vocab"])
     copy_tokenizer(w, vocab_from, s["vocab"])
     g.quantized("token_embd.weight", s["vocab"], H, qtype)
     g.vector("output_norm.weight", np.ones(H))
-    g.quantized("output.weight", s["vocab"], H, Q.Q6_K)
+    if not s.get("tied"):
+        g.quantized("output.weight", s["vocab"], H, Q.Q6_K)
     kv_width = s["kv_heads"] * head_dim
     for i in range(L):
         b = f"blk.{i}"
@@ -262,7 +270,7 @@ def main() -> None:
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("out")
     ap.add_argument("--vocab-from", required=True, help="a GGUF whose tokenizer keys are copied")
-    ap.add_argument("--type", default="Q4_K", help="the matrices' type (llama3-8b only)")
+    ap.add_argument("--type", default="Q4_K", help="the matrices' type (llama shapes only)")
     args = ap.parse_args()
     shape = SHAPES[args.shape]
     if shape["arch"] == "llama":

@@ -1,5 +1,5 @@
-//! `cargo xtask bench gpu [--types T,..] [--depth N] [--rounds N] [--gmlx BIN] [--llama-cpp
-//! DIR]`, on a machine with an NVIDIA GPU: llama.cpp's `llama-bench` (the pinned sdist built
+//! `cargo xtask bench gpu [--types T,..] [--depth N] [--rounds N] [--no-small] [--gmlx BIN]
+//! [--llama-cpp DIR]`, on a machine with an NVIDIA GPU: llama.cpp's `llama-bench` (the pinned sdist built
 //! once with CUDA into `<cache>/llama.cpp-cuda-build`) and `gmlx run --device gpu --dtype
 //! bfloat16 --bench` on the same Llama-3-8B-shaped random files (one per codec, written once into
 //! `<cache>/bench/` by `tools/bench/random_gguf.py`), in the same run: pp512, tg128 and tg128
@@ -8,7 +8,9 @@
 //! process, and each cell is the median (one process's decode rate varied by up to 1.5x on an
 //! H100). gmlx's decode also runs with host sampling (`GMLX_DEVICE_SAMPLING=0`) on the
 //! first file, for the decode loop's share. The JSON line is kept under
-//! `bench/runs/<date>-<host>/gpu-llama3-8b.json`.
+//! `bench/runs/<date>-<host>/gpu-llama3-8b.json`. A SmolLM2-135M-shaped Q4_0 file (tied output
+//! head) adds the small model's pp512 and tg128, where a decode step's time is its launches and
+//! the host's work rather than its bytes (`--no-small` skips it).
 //!
 //! Where cargo cannot run (a rented GPU machine), the xtask binary built elsewhere runs the
 //! same way given `--gmlx` (a gmlx binary) and `--llama-cpp` (the llama.cpp sources).
@@ -22,6 +24,9 @@ use crate::{bench_gguf, run_command, setup};
 const TYPES: &[&str] = &["Q4_0", "Q4_K", "Q6_K", "Q8_0", "IQ4_XS"];
 /// The files whose decode is also measured after a long context.
 const DEPTH_TYPES: &[&str] = &["Q4_0", "Q4_K"];
+/// The small model's row: the decode whose time is the step's launches and host work.
+const SMALL_SHAPE: &str = "smollm2-135m";
+const SMALL_TYPE: &str = "Q4_0";
 const TOKENIZER_SOURCE: &str = "tests/fixtures/qwen35/qwen35-Q8_0.gguf";
 
 struct Options {
@@ -31,6 +36,8 @@ struct Options {
     gmlx: Option<PathBuf>,
     llama_cpp: Option<PathBuf>,
     python: Option<PathBuf>,
+    /// Whether to measure the small model too (`--no-small` skips it).
+    small: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -41,6 +48,7 @@ fn parse(args: &[String]) -> Result<Options> {
         gmlx: None,
         llama_cpp: None,
         python: None,
+        small: true,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -67,9 +75,11 @@ fn parse(args: &[String]) -> Result<Options> {
             "--gmlx" => o.gmlx = Some(value("--gmlx")?.into()),
             "--llama-cpp" => o.llama_cpp = Some(value("--llama-cpp")?.into()),
             "--python" => o.python = Some(value("--python")?.into()),
+            "--no-small" => o.small = false,
             other => bail!(
                 "unexpected argument {other:?}; usage: cargo xtask bench gpu [--types {}] \
-                 [--depth N] [--rounds N] [--gmlx BIN] [--llama-cpp DIR] [--python PY]",
+                 [--depth N] [--rounds N] [--no-small] [--gmlx BIN] [--llama-cpp DIR] \
+                 [--python PY]",
                 TYPES.join(",")
             ),
         }
@@ -114,18 +124,18 @@ fn cuda_llama_bench(sources: &Path) -> Result<PathBuf> {
     Ok(exe)
 }
 
-/// The random Llama-3-8B-shaped file of `qtype`, written when missing.
-fn model_file(qtype: &str, sources: &Path, python: &Path) -> Result<PathBuf> {
+/// The random file of `shape` (a `random_gguf.py` shape) in `qtype`, written when missing.
+fn model_file(shape: &str, qtype: &str, sources: &Path, python: &Path) -> Result<PathBuf> {
     let dir = gmlx_cache::dir().join("bench");
     std::fs::create_dir_all(&dir)?;
-    let file = dir.join(format!("llama3-8b-{qtype}.gguf"));
+    let file = dir.join(format!("{shape}-{qtype}.gguf"));
     if !file.is_file() {
         let partial = file.with_extension("partial");
         eprintln!("xtask: writing {} (random weights)", file.display());
         run_command(
             Command::new(python)
                 .arg(setup::workspace_root().join("tools/bench/random_gguf.py"))
-                .args(["llama3-8b"])
+                .arg(shape)
                 .arg(&partial)
                 .arg("--vocab-from")
                 .arg(setup::workspace_root().join(TOKENIZER_SOURCE))
@@ -263,7 +273,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let files = o
         .types
         .iter()
-        .map(|t| Ok((t.clone(), model_file(t, &sources, &python)?)))
+        .map(|t| Ok((t.clone(), model_file("llama3-8b", t, &sources, &python)?)))
         .collect::<Result<Vec<_>>>()?;
     let llama_exe = cuda_llama_bench(&sources)?;
     let gmlx_exe = match &o.gmlx {
@@ -344,10 +354,32 @@ pub fn run(args: &[String]) -> Result<()> {
             device / host
         );
     }
+    let small = if o.small {
+        let file = model_file(SMALL_SHAPE, SMALL_TYPE, &sources, &python)?;
+        eprintln!("xtask: {SMALL_SHAPE} {SMALL_TYPE}: llama-bench and gmlx");
+        let (l_pp, l_tg, _) = llama(&llama_exe, &file, None)?;
+        let g = gmlx_median(&gmlx_exe, &file, &[512], false, o.rounds)?;
+        println!(
+            "SmolLM2-135M shape ({SMALL_TYPE}, tied output head), latency-bound: pp512 llama.cpp \
+             {l_pp:.1} gmlx {:.1} ({:.2}x); tg128 llama.cpp {l_tg:.1} gmlx {:.1} ({:.2}x)",
+            g[0][1],
+            g[0][1] / l_pp,
+            g[0][2],
+            g[0][2] / l_tg
+        );
+        Some(serde_json::json!({
+            "shape": SMALL_SHAPE, "type": SMALL_TYPE,
+            "file_bytes": std::fs::metadata(&file)?.len(),
+            "llama_cpp": {"pp512": l_pp, "tg128": l_tg},
+            "gmlx": {"pp512": g[0][1], "tg128": g[0][2]},
+        }))
+    } else {
+        None
+    };
     let json = serde_json::json!({
         "bench": "gpu", "shape": "llama3-8b", "gpu": gpu, "depth": o.depth, "gmlx_rounds": o.rounds,
         "gmlx_decode_host_sampling": host_loop.map(|(t, v)| serde_json::json!({"type": t, "tg128": v})),
-        "rows": rows,
+        "rows": rows, "small": small,
     });
     println!("json: {json}");
     crate::bench::save("gpu-llama3-8b", &json.to_string())

@@ -162,12 +162,23 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             "{:>8} {:>14} {:>8} {:>14}",
             "prompt", "prefill tok/s", "decode", "decode tok/s"
         )?;
-        for r in rows {
+        for r in &rows {
             writeln!(
                 out,
                 "{:>8} {:>14.1} {:>8} {:>14.1}",
                 r.prompt_tokens, r.prefill_tok_s, r.decode_tokens, r.decode_tok_s
             )?;
+        }
+        for r in rows.iter().filter(|r| r.ahead.steps > 0) {
+            let per_step = |d: std::time::Duration| d.as_secs_f64() * 1e6 / r.ahead.steps as f64;
+            eprintln!(
+                "gmlx: prompt {}: each decode step took the host {:.0} us to build, {:.0} us to \
+                 submit, and {:.0} us waiting for the token before it",
+                r.prompt_tokens,
+                per_step(r.ahead.build),
+                per_step(r.ahead.submit),
+                per_step(r.ahead.wait)
+            );
         }
         if let Some(line) = moe_args::report(streamed.as_ref()) {
             eprintln!("{line}");

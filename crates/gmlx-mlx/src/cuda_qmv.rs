@@ -1,15 +1,22 @@
-//! A 4-bit matrix-vector product on CUDA (`kernels/qmv4.cu`), through MLX's custom-kernel API:
-//! one activation row times an MLX affine 4-bit matrix in groups of 32 (the in-memory form of
-//! Q4_0, Q4_1 and Q4_K), the decode step's product. MLX's own `qmv` reads such a matrix at about
-//! 814 GB/s on an H100 (`docs/performance.md`); this kernel keeps several 16-byte loads of codes
-//! in flight per lane, converts each activation once for two rows, and turns nibbles into
-//! floats without conversion instructions. Its error against the reference dequantization is a
-//! quarter of MLX's (`tests/cuda_qmv.rs`), and it reads a row at any offset (MLX 0.32.2's `qmv`
-//! faults on a bfloat16 row that starts 2 bytes off a 4-byte boundary).
+//! 4-bit matrix-vector products on CUDA (`kernels/qmv4*.cu`), through MLX's custom-kernel API:
+//! one activation row times MLX affine 4-bit matrices in groups of 32 (the in-memory form of
+//! Q4_0, Q4_1 and Q4_K), the decode step's products. MLX's own `qmv` reads such a matrix at
+//! about 814 GB/s on an H100 (`docs/performance.md`); these kernels keep several 16-byte loads
+//! of codes in flight per lane, convert each activation once for all of a warp's rows, and turn
+//! nibbles into floats without conversion instructions (`kernels/qmv4.cuh`). Their error
+//! against the reference dequantization is a quarter of MLX's (`tests/cuda_qmv.rs`), and they
+//! read a row at any offset (MLX 0.32.2's `qmv` faults on a bfloat16 row that starts 2 bytes off
+//! a 4-byte boundary).
 //!
-//! [`applies`] says when [`QuantWeight::matmul`](crate::QuantWeight::matmul) takes it: MLX's
-//! CUDA backend on the GPU, one row, not training (the product has no VJP), unless
-//! `GMLX_CUDA_QMV=0`.
+//! Three kernels: [`matmul`] (one matrix), [`matmul_three`] (three matrices of one input, as a
+//! block's query, key and value projections, in one launch) and [`silu_glu`] (`silu(G x) * (U
+//! x)`, a gated MLP's gate, up and SwiGLU in one launch). A decode step is a few hundred small
+//! operations, each with its launch and MLX's work on the host to build and submit it; the two
+//! fused kernels take five operations of a block's eight products and activations out.
+//!
+//! [`applies`] says when [`QuantWeight::matmul`](crate::QuantWeight::matmul) takes them: MLX's
+//! CUDA backend on the GPU, one row, not training (the products have no VJP), unless
+//! `GMLX_CUDA_QMV=0`; `GMLX_CUDA_QMV_FUSE=0` keeps [`matmul`] and turns the two fused ones off.
 use std::ffi::CString;
 use std::sync::OnceLock;
 
@@ -19,12 +26,16 @@ use crate::error::{Error, Result};
 use crate::qmm::{Mode, Packed};
 use crate::runtime::{check, Backend};
 
-/// The environment variable that turns the kernel off (`0`).
+/// The environment variable that turns the kernels off (`0`).
 pub const SWITCH_VAR: &str = "GMLX_CUDA_QMV";
+/// The environment variable that turns the fused kernels off (`0`).
+pub const FUSE_VAR: &str = "GMLX_CUDA_QMV_FUSE";
 
-const SOURCE: &str = include_str!("kernels/qmv4.cu");
+const HEADER: &str = include_str!("kernels/qmv4.cuh");
+
 /// Rows of the matrix per warp (each activation converted once serves them all):
-/// `GMLX_CUDA_QMV_ROWS` (1 to 16), 2 by default.
+/// `GMLX_CUDA_QMV_ROWS` (1 to 16), 2 by default. [`silu_glu`] takes half as many rows of each
+/// of its two matrices (at least one).
 fn rows_per_warp() -> i32 {
     static ROWS: OnceLock<i32> = OnceLock::new();
     *ROWS.get_or_init(|| {
@@ -38,15 +49,25 @@ fn rows_per_warp() -> i32 {
 
 const WARPS_PER_BLOCK: i32 = 4;
 
+fn switched_on(var: &str) -> bool {
+    std::env::var(var).map_or(true, |v| v.trim() != "0")
+}
+
 fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
     *ENABLED.get_or_init(|| {
-        std::env::var(SWITCH_VAR).map_or(true, |v| v.trim() != "0")
-            && crate::runtime::backend().is_ok_and(|b| b == Backend::Cuda)
+        switched_on(SWITCH_VAR) && crate::runtime::backend().is_ok_and(|b| b == Backend::Cuda)
     })
 }
 
-/// Whether [`matmul`] computes `x @ W^T` for these operands now (see the module's text).
+/// Whether the fused kernels ([`matmul_three`], [`silu_glu`]) are on (`GMLX_CUDA_QMV_FUSE`).
+pub fn fusion_enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| switched_on(FUSE_VAR))
+}
+
+/// Whether [`matmul`] computes `x @ W^T` for these operands now (see the module's text); each
+/// matrix of [`matmul_three`] and [`silu_glu`] must pass it too.
 pub fn applies(x: &Array, p: &Packed<'_>, rows: usize) -> bool {
     rows == 1
         && p.mode == Mode::Affine
@@ -60,33 +81,153 @@ pub fn applies(x: &Array, p: &Packed<'_>, rows: usize) -> bool {
         && enabled()
 }
 
-/// `x @ W^T` for one row `x [..., K]` and a 4-bit affine matrix `W [N, K]`: `[..., N]` in
-/// `x`'s dtype. The caller checks [`applies`].
-pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
+/// The kernels, each an MLX custom kernel made once per thread.
+#[derive(Clone, Copy)]
+enum Kernel {
+    One,
+    Three,
+    Silu,
+}
+
+impl Kernel {
+    const ALL: usize = 3;
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kernel::One => "gmlx_qmv4",
+            Kernel::Three => "gmlx_qmv4_three",
+            Kernel::Silu => "gmlx_qmv4_silu",
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            Kernel::One => include_str!("kernels/qmv4.cu"),
+            Kernel::Three => include_str!("kernels/qmv4_three.cu"),
+            Kernel::Silu => include_str!("kernels/qmv4_silu.cu"),
+        }
+    }
+
+    fn inputs(self) -> &'static [&'static str] {
+        match self {
+            Kernel::One => &["w", "scales", "biases", "x"],
+            Kernel::Three => &["w0", "s0", "b0", "w1", "s1", "b1", "w2", "s2", "b2", "x"],
+            Kernel::Silu => &["wg", "sg", "bg", "wu", "su", "bu", "x"],
+        }
+    }
+
+    fn outputs(self) -> &'static [&'static str] {
+        match self {
+            Kernel::One | Kernel::Silu => &["y"],
+            Kernel::Three => &["y0", "y1", "y2"],
+        }
+    }
+}
+
+/// `[..., K]` with the last dimension `n`.
+fn out_shape(x: &Array, n: i32) -> Vec<i32> {
+    let mut shape = x.shape().to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = n;
+    }
+    shape
+}
+
+/// The operands of one matrix: codes, scales, biases.
+fn operands(p: &Packed<'_>) -> Result<[Array; 3]> {
     let Some(biases) = p.biases else {
         return Err(kernel_error("an affine matrix without biases"));
     };
-    let n = p.w.shape()[0];
-    let k = p.w.shape()[1] * 8;
-    let mut out_shape = x.shape().to_vec();
-    if let Some(last) = out_shape.last_mut() {
-        *last = n;
-    }
-    let rows = rows_per_warp();
-    let warps = (n + rows - 1) / rows;
+    Ok([p.w.clone(), p.scales.clone(), biases.clone()])
+}
+
+/// `(threads in all, threads per block)` for `warps` warps.
+fn grid(warps: i32) -> (i32, i32) {
     let blocks = (warps + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
     let threads = 32 * WARPS_PER_BLOCK;
-    let inputs = [p.w.clone(), p.scales.clone(), biases.clone(), x.clone()];
-    let outputs = kernel(|kernel| {
-        launch(
-            kernel,
-            &inputs,
-            &out_shape,
-            x.dtype(),
-            &[("K", k), ("N", n), ("ROWS", rows)],
-            (blocks * threads, threads),
-        )
-    })?;
+    (blocks * threads, threads)
+}
+
+/// `x @ W^T` for one row `x [..., K]` and a 4-bit affine matrix `W [N, K]`: `[..., N]` in
+/// `x`'s dtype. The caller checks [`applies`].
+pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
+    let n = p.w.shape()[0];
+    let k = p.w.shape()[1] * 8;
+    let rows = rows_per_warp();
+    let mut inputs = operands(&p)?.to_vec();
+    inputs.push(x.clone());
+    let shape = out_shape(x, n);
+    let outputs = launch(
+        Kernel::One,
+        &inputs,
+        &[&shape],
+        x.dtype(),
+        &[("K", k), ("N", n), ("ROWS", rows)],
+        grid((n + rows - 1) / rows),
+    )?;
+    one(outputs)
+}
+
+/// `[x @ W0^T, x @ W1^T, x @ W2^T]` for one row `x [..., K]` in one launch. The caller checks
+/// [`applies`] for each matrix.
+pub fn matmul_three(x: &Array, p: [Packed<'_>; 3]) -> Result<[Array; 3]> {
+    let k = x.shape()[x.ndim() - 1];
+    let rows = rows_per_warp();
+    let ns = p.each_ref().map(|p| p.w.shape()[0]);
+    let mut inputs = Vec::with_capacity(10);
+    for m in &p {
+        inputs.extend(operands(m)?);
+    }
+    inputs.push(x.clone());
+    let shapes = ns.map(|n| out_shape(x, n));
+    let warps: i32 = ns.iter().map(|n| (n + rows - 1) / rows).sum();
+    let outputs = launch(
+        Kernel::Three,
+        &inputs,
+        &[&shapes[0], &shapes[1], &shapes[2]],
+        x.dtype(),
+        &[
+            ("K", k),
+            ("N0", ns[0]),
+            ("N1", ns[1]),
+            ("N2", ns[2]),
+            ("ROWS", rows),
+        ],
+        grid(warps),
+    )?;
+    <[Array; 3]>::try_from(outputs).map_err(|_| kernel_error("MLX returned other than 3 outputs"))
+}
+
+/// `silu(x @ G^T) * (x @ U^T)` for one row `x [..., K]` and two matrices of the same shape, in
+/// one launch, in `x`'s dtype (the product rounded once, from float). The caller checks
+/// [`applies`] for both.
+pub fn silu_glu(x: &Array, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
+    let n = gate.w.shape()[0];
+    if up.w.shape() != gate.w.shape() {
+        return Err(kernel_error("gate and up matrices of different shapes"));
+    }
+    let k = x.shape()[x.ndim() - 1];
+    let rows = (rows_per_warp() / 2).max(1);
+    let mut inputs = operands(&gate)?.to_vec();
+    inputs.extend(operands(&up)?);
+    inputs.push(x.clone());
+    let shape = out_shape(x, n);
+    let outputs = launch(
+        Kernel::Silu,
+        &inputs,
+        &[&shape],
+        x.dtype(),
+        &[("K", k), ("N", n), ("ROWS", rows)],
+        grid((n + rows - 1) / rows),
+    )?;
+    one(outputs)
+}
+
+fn one(outputs: Vec<Array>) -> Result<Array> {
     outputs
         .into_iter()
         .next()
@@ -100,22 +241,26 @@ fn kernel_error(reason: &str) -> Error {
     }
 }
 
-/// The kernel object, made once per thread (its handle is not shared between threads).
-fn kernel<T>(f: impl FnOnce(mlx_sys::mlx_fast_cuda_kernel) -> Result<T>) -> Result<T> {
-    struct Kernel(mlx_sys::mlx_fast_cuda_kernel);
-    impl Drop for Kernel {
+/// `f` on kernel `which`, made once per thread (its handle is not shared between threads).
+fn with_kernel<R>(
+    which: Kernel,
+    f: impl FnOnce(mlx_sys::mlx_fast_cuda_kernel) -> Result<R>,
+) -> Result<R> {
+    struct Made(mlx_sys::mlx_fast_cuda_kernel);
+    impl Drop for Made {
         fn drop(&mut self) {
             // SAFETY: made by mlx_fast_cuda_kernel_new, freed once.
             unsafe { mlx_sys::mlx_fast_cuda_kernel_free(self.0) };
         }
     }
     thread_local! {
-        static KERNEL: OnceLock<Kernel> = const { OnceLock::new() };
+        static KERNELS: [OnceLock<Made>; Kernel::ALL] = const { [const { OnceLock::new() }; Kernel::ALL] };
     }
-    KERNEL.with(|cell| {
+    KERNELS.with(|cells| {
+        let cell = &cells[which.index()];
         if cell.get().is_none() {
-            let made = new_kernel()?;
-            let _ = cell.set(Kernel(made));
+            let made = new_kernel(which)?;
+            let _ = cell.set(Made(made));
         }
         match cell.get() {
             Some(k) => f(k.0),
@@ -153,10 +298,14 @@ impl Drop for Names {
     }
 }
 
-fn new_kernel() -> Result<mlx_sys::mlx_fast_cuda_kernel> {
-    let inputs = Names::new(&["w", "scales", "biases", "x"])?;
-    let outputs = Names::new(&["y"])?;
-    let (name, source, header) = (cstring("gmlx_qmv4")?, cstring(SOURCE)?, cstring("")?);
+fn new_kernel(which: Kernel) -> Result<mlx_sys::mlx_fast_cuda_kernel> {
+    let inputs = Names::new(which.inputs())?;
+    let outputs = Names::new(which.outputs())?;
+    let (name, source, header) = (
+        cstring(which.name())?,
+        cstring(which.source())?,
+        cstring(HEADER)?,
+    );
     // SAFETY: every pointer is live for the call; mlx-c copies what it keeps.
     let kernel = unsafe {
         mlx_sys::mlx_fast_cuda_kernel_new(
@@ -175,12 +324,12 @@ fn new_kernel() -> Result<mlx_sys::mlx_fast_cuda_kernel> {
     Ok(kernel)
 }
 
-/// Applies `kernel` to `inputs` with one output of `shape` and `dtype`, the template type `T`
-/// = `dtype`, integer constants `ints`, over `(threads in all, threads per block)`.
+/// Applies kernel `which` to `inputs` with outputs of `shapes`, all of `dtype`, the template
+/// type `T` = `dtype`, integer constants `ints`, over `(threads in all, threads per block)`.
 fn launch(
-    kernel: mlx_sys::mlx_fast_cuda_kernel,
+    which: Kernel,
     inputs: &[Array],
-    shape: &[i32],
+    shapes: &[&[i32]],
     dtype: Dtype,
     ints: &[(&str, i32)],
     (grid, block): (i32, i32),
@@ -195,17 +344,19 @@ fn launch(
     // SAFETY: a new config, freed by its guard.
     let config = Config(unsafe { mlx_sys::mlx_fast_cuda_kernel_config_new() });
     let t = cstring("T")?;
-    // SAFETY: the config is live; the shape and names outlive each call.
+    // SAFETY: the config is live; the shapes and names outlive each call.
     unsafe {
-        check(
-            "mlx_fast_cuda_kernel_config_add_output_arg",
-            mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
-                config.0,
-                shape.as_ptr(),
-                shape.len(),
-                dtype.into(),
-            ),
-        )?;
+        for shape in shapes {
+            check(
+                "mlx_fast_cuda_kernel_config_add_output_arg",
+                mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
+                    config.0,
+                    shape.as_ptr(),
+                    shape.len(),
+                    dtype.into(),
+                ),
+            )?;
+        }
         check(
             "mlx_fast_cuda_kernel_config_set_grid",
             mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config.0, grid, 1, 1),
@@ -234,6 +385,18 @@ fn launch(
             )?;
         }
     }
+    let outputs = with_kernel(which, |kernel| apply(kernel, inputs, config.0))?;
+    if outputs.len() != shapes.len() {
+        return Err(kernel_error("MLX returned another number of outputs"));
+    }
+    Ok(outputs)
+}
+
+fn apply(
+    kernel: mlx_sys::mlx_fast_cuda_kernel,
+    inputs: &[Array],
+    config: mlx_sys::mlx_fast_cuda_kernel_config,
+) -> Result<Vec<Array>> {
     let inputs = crate::closure::vector_of(inputs);
     let stream = Stream::thread_local_or_default();
     // SAFETY: every handle is live for the call; `outputs` is read, then freed once.
@@ -243,7 +406,7 @@ fn launch(
             &mut outputs,
             kernel,
             inputs,
-            config.0,
+            config,
             stream.as_ptr(),
         );
         mlx_sys::mlx_vector_array_free(inputs);

@@ -839,6 +839,45 @@ impl QuantWeight {
         }
     }
 
+    /// This weight's packed view where a fused CUDA kernel ([`crate::cuda_qmv`]) takes its
+    /// product with `x` now: what [`QuantWeight::matmul`] would send to the one-matrix kernel,
+    /// with the fused kernels on.
+    fn fused_cuda_view(&self, x: &Array) -> Result<Option<Packed<'_>>> {
+        let View::Packed(p) = self.view() else {
+            return Ok(None);
+        };
+        if self.compact() || !crate::cuda_qmv::fusion_enabled() {
+            return Ok(None);
+        }
+        Ok(matches!(route(x, &p)?, Route::CudaVector).then_some(p))
+    }
+
+    /// `[x @ W^T]` for three weights in one CUDA launch ([`crate::cuda_qmv::matmul_three`]), or
+    /// `None` (nothing done) where that kernel does not take all three: the caller then
+    /// multiplies each with [`QuantWeight::matmul`], which gives the same values.
+    pub fn matmul_three(x: &Array, weights: [&QuantWeight; 3]) -> Result<Option<[Array; 3]>> {
+        let (Some(a), Some(b), Some(c)) = (
+            weights[0].fused_cuda_view(x)?,
+            weights[1].fused_cuda_view(x)?,
+            weights[2].fused_cuda_view(x)?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(crate::cuda_qmv::matmul_three(x, [a, b, c])?))
+    }
+
+    /// `silu(x @ G^T) * (x @ U^T)` in one CUDA launch ([`crate::cuda_qmv::silu_glu`]), or
+    /// `None` (nothing done) where that kernel does not take both.
+    pub fn silu_glu(x: &Array, gate: &QuantWeight, up: &QuantWeight) -> Result<Option<Array>> {
+        if gate.rows != up.rows {
+            return Ok(None);
+        }
+        let (Some(g), Some(u)) = (gate.fused_cuda_view(x)?, up.fused_cuda_view(x)?) else {
+            return Ok(None);
+        };
+        Ok(Some(crate::cuda_qmv::silu_glu(x, g, u)?))
+    }
+
     /// Whether [`QuantWeight::host_matmul`] takes `rows` rows now: on the CPU, under a
     /// [`host_products`] guard and no [`training_products`] one, a weight the host kernel reads.
     pub fn on_host(&self, rows: usize) -> bool {

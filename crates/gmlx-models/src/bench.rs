@@ -4,7 +4,7 @@ use std::time::Instant;
 use gmlx_tokenizer::{TokenId, Tokenizer};
 
 use crate::error::{Error, Result};
-use crate::generate::{GenerateOptions, Generation};
+use crate::generate::{AheadTimes, GenerateOptions, Generation};
 use crate::model::Model;
 
 /// One row of the table.
@@ -14,6 +14,8 @@ pub struct BenchRow {
     pub decode_tokens: usize,
     pub prefill_tok_s: f64,
     pub decode_tok_s: f64,
+    /// The host's time in the decode steps submitted ahead (none with host sampling).
+    pub ahead: AheadTimes,
 }
 
 /// For each prompt length: prefill a deterministic prompt, then decode `decode_tokens` greedy
@@ -36,7 +38,7 @@ pub fn run(
             .map(|i| ((i * 2_654_435_761 + 17) % vocab) as TokenId)
             .collect()
     };
-    let pass = |prompt: &[TokenId], decode: usize| -> Result<(f64, f64)> {
+    let pass = |prompt: &[TokenId], decode: usize| -> Result<(f64, f64, AheadTimes)> {
         // one more token than decoded, so `decode` forward passes are timed
         let options = GenerateOptions {
             max_tokens: decode + 1,
@@ -51,7 +53,11 @@ pub fn run(
         for piece in generation.by_ref() {
             piece?;
         }
-        Ok((prefill_s, start.elapsed().as_secs_f64()))
+        Ok((
+            prefill_s,
+            start.elapsed().as_secs_f64(),
+            generation.stats().ahead,
+        ))
     };
     pass(&prompt(4.min(context.saturating_sub(3)).max(1)), 2)?;
     let on_gpu = matches!(
@@ -71,12 +77,13 @@ pub fn run(
             if on_gpu {
                 pass(&prompt, 2)?;
             }
-            let (prefill_s, decode_s) = pass(&prompt, decode_tokens)?;
+            let (prefill_s, decode_s, ahead) = pass(&prompt, decode_tokens)?;
             Ok(BenchRow {
                 prompt_tokens: n,
                 decode_tokens,
                 prefill_tok_s: n as f64 / prefill_s,
                 decode_tok_s: decode_tokens as f64 / decode_s,
+                ahead,
             })
         })
         .collect()

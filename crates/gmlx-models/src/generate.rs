@@ -33,6 +33,21 @@ pub struct GenerationStats {
     pub generated_tokens: usize,
     pub prefill: Duration,
     pub decode: Duration,
+    /// Where the host's time went in the steps submitted ahead (device sampling).
+    pub ahead: AheadTimes,
+}
+
+/// The host's time in the decode steps submitted before the previous token is read
+/// ([`Generation`] with device sampling), summed over `steps`: building the step's graph (the
+/// forward pass and the draw), MLX's evaluation call that encodes and submits it, and waiting
+/// for the previous token. A step whose build and submission take longer than the device's work
+/// leaves the device idle.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AheadTimes {
+    pub steps: usize,
+    pub build: Duration,
+    pub submit: Duration,
+    pub wait: Duration,
 }
 
 /// Copies rows of logits (`[rows, 1, vocab]` or `[rows, vocab]`) to the host, one `Vec` per
@@ -232,6 +247,7 @@ impl<'a> Generation<'a> {
     /// Submits the step after `token` (when its draw needs nothing `token` decides), then
     /// reads `token` and advances the sequence by it.
     fn read_ahead(&mut self, token: Array) -> Result<(Step, Option<Next>)> {
+        let start = Instant::now();
         let following = if self.sequence.remaining() > 1 && !self.sequence.draw_needs_history() {
             let logits =
                 self.model
@@ -239,7 +255,12 @@ impl<'a> Generation<'a> {
             match self.sequence.device_draw() {
                 Some(draw) => {
                     let next = draw_row(&logits.reshape(&[-1])?, &draw)?;
+                    let built = Instant::now();
                     gmlx_mlx::mlx_rs::transforms::async_eval([&next])?;
+                    let ahead = &mut self.stats.ahead;
+                    ahead.steps += 1;
+                    ahead.build += built - start;
+                    ahead.submit += built.elapsed();
                     Some(Next::Token(next))
                 }
                 None => Some(Next::Device(logits)),
@@ -247,7 +268,11 @@ impl<'a> Generation<'a> {
         } else {
             None
         };
+        let waiting = Instant::now();
         token.eval()?;
+        if matches!(following, Some(Next::Token(_))) {
+            self.stats.ahead.wait += waiting.elapsed();
+        }
         let id = token.as_slice::<u32>()[0];
         Ok((self.sequence.accept(id)?, following))
     }

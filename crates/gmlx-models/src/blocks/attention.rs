@@ -118,7 +118,10 @@ impl QkvProjection {
                 attn_q,
                 attn_k,
                 attn_v,
-            } => Ok((attn_q.forward(x)?, attn_k.forward(x)?, attn_v.forward(x)?)),
+            } => {
+                let [q, k, v] = Linear::forward_three(x, [attn_q, attn_k, attn_v])?;
+                Ok((q, k, v))
+            }
             QkvProjection::Fused {
                 attn_qkv,
                 q_rows,

@@ -63,7 +63,34 @@ impl Linear {
 
     /// `x [..., in]` to `[..., out]`.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let mut y = self.weight.matmul(x)?;
+        let y = self.weight.matmul(x)?;
+        self.finish(x, y)
+    }
+
+    /// Three layers' [`Linear::forward`] of the same `x`, their base products in one CUDA
+    /// launch where gmlx's fused kernel takes all three ([`QuantWeight::matmul_three`]).
+    pub fn forward_three(x: &Array, layers: [&Linear; 3]) -> Result<[Array; 3]> {
+        match QuantWeight::matmul_three(x, layers.map(|l| &l.weight))? {
+            Some([a, b, c]) => Ok([
+                layers[0].finish(x, a)?,
+                layers[1].finish(x, b)?,
+                layers[2].finish(x, c)?,
+            ]),
+            None => Ok([
+                layers[0].forward(x)?,
+                layers[1].forward(x)?,
+                layers[2].forward(x)?,
+            ]),
+        }
+    }
+
+    /// Whether the layer is its base weight alone (no bias, no adapter).
+    pub fn is_plain(&self) -> bool {
+        self.bias.is_none() && self.lora.is_none()
+    }
+
+    /// The base product `y` of `x` with the bias and the adapter's product added.
+    fn finish(&self, x: &Array, mut y: Array) -> Result<Array> {
         if let Some(bias) = &self.bias {
             y = y.add(bias)?;
         }

@@ -1,4 +1,4 @@
-use gmlx_mlx::{ops, Array};
+use gmlx_mlx::{ops, Array, QuantWeight};
 
 use crate::blocks::linear::Linear;
 use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
@@ -60,6 +60,12 @@ pub struct SwiGlu {
 
 impl SwiGlu {
     pub fn forward(&self, x: &Array) -> Result<Array> {
+        if self.glu == Glu::Silu && self.ffn_gate.is_plain() && self.ffn_up.is_plain() {
+            // one CUDA launch for both products and the SwiGLU, where gmlx's kernel takes them
+            if let Some(h) = QuantWeight::silu_glu(x, &self.ffn_gate.weight, &self.ffn_up.weight)? {
+                return self.ffn_down.forward(&h);
+            }
+        }
         let gate = self.ffn_gate.forward(x)?;
         let up = self.ffn_up.forward(x)?;
         self.ffn_down.forward(&self.glu.apply(&gate, &up)?)
