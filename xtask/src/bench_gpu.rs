@@ -229,6 +229,16 @@ fn gmlx(exe: &Path, file: &Path, prompts: &[usize], host_sampling: bool) -> Resu
     if !out.status.success() {
         bail!("gmlx failed: {}", String::from_utf8_lossy(&out.stderr));
     }
+    // the host's time per decode step (build, submit, wait), for the record
+    for line in String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("gmlx: prompt"))
+    {
+        eprintln!(
+            "  {} {line}",
+            file.file_name().map_or("".into(), |n| n.to_string_lossy())
+        );
+    }
     let text = String::from_utf8_lossy(&out.stdout);
     let rows: Vec<[f64; 3]> = text
         .lines()

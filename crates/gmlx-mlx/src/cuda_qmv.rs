@@ -12,12 +12,13 @@
 //! block's query, key and value projections, in one launch) and [`silu_glu`] (`silu(G x) * (U
 //! x)`, a gated MLP's gate, up and SwiGLU in one launch). A decode step is a few hundred small
 //! operations, each with its launch and MLX's work on the host to build and submit it; the two
-//! fused kernels take five operations of a block's eight products and activations out.
+//! fused kernels take six of a dense block's operations out (three products into one; two
+//! products, a sigmoid and two multiplications into one).
 //!
 //! [`applies`] says when [`QuantWeight::matmul`](crate::QuantWeight::matmul) takes them: MLX's
 //! CUDA backend on the GPU, one row, not training (the products have no VJP), unless
 //! `GMLX_CUDA_QMV=0`; `GMLX_CUDA_QMV_FUSE=0` keeps [`matmul`] and turns the two fused ones off.
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::sync::OnceLock;
 
 use mlx_rs::{Array, Dtype, Stream};
@@ -166,7 +167,7 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
         &inputs,
         &[&shape],
         x.dtype(),
-        &[("K", k), ("N", n), ("ROWS", rows)],
+        &[(c"K", k), (c"N", n), (c"ROWS", rows)],
         grid((n + rows - 1) / rows),
     )?;
     one(outputs)
@@ -191,11 +192,11 @@ pub fn matmul_three(x: &Array, p: [Packed<'_>; 3]) -> Result<[Array; 3]> {
         &[&shapes[0], &shapes[1], &shapes[2]],
         x.dtype(),
         &[
-            ("K", k),
-            ("N0", ns[0]),
-            ("N1", ns[1]),
-            ("N2", ns[2]),
-            ("ROWS", rows),
+            (c"K", k),
+            (c"N0", ns[0]),
+            (c"N1", ns[1]),
+            (c"N2", ns[2]),
+            (c"ROWS", rows),
         ],
         grid(warps),
     )?;
@@ -221,7 +222,7 @@ pub fn silu_glu(x: &Array, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
         &inputs,
         &[&shape],
         x.dtype(),
-        &[("K", k), ("N", n), ("ROWS", rows)],
+        &[(c"K", k), (c"N", n), (c"ROWS", rows)],
         grid((n + rows - 1) / rows),
     )?;
     one(outputs)
@@ -303,8 +304,8 @@ fn new_kernel(which: Kernel) -> Result<mlx_sys::mlx_fast_cuda_kernel> {
     let outputs = Names::new(which.outputs())?;
     let (name, source, header) = (
         cstring(which.name())?,
-        cstring(which.source())?,
-        cstring(HEADER)?,
+        cstring(&without_comments(which.source()))?,
+        cstring(&without_comments(HEADER))?,
     );
     // SAFETY: every pointer is live for the call; mlx-c copies what it keeps.
     let kernel = unsafe {
@@ -324,6 +325,20 @@ fn new_kernel(which: Kernel) -> Result<mlx_sys::mlx_fast_cuda_kernel> {
     Ok(kernel)
 }
 
+/// `source` without its whole-line comments and blank lines: MLX copies a kernel's header and
+/// source into a new string at every launch (the text is looked up by name only when the
+/// kernel is compiled), so the text it gets is kept short.
+fn without_comments(source: &str) -> String {
+    source
+        .lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            !t.is_empty() && !t.starts_with("//")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Applies kernel `which` to `inputs` with outputs of `shapes`, all of `dtype`, the template
 /// type `T` = `dtype`, integer constants `ints`, over `(threads in all, threads per block)`.
 fn launch(
@@ -331,7 +346,7 @@ fn launch(
     inputs: &[Array],
     shapes: &[&[i32]],
     dtype: Dtype,
-    ints: &[(&str, i32)],
+    ints: &[(&CStr, i32)],
     (grid, block): (i32, i32),
 ) -> Result<Vec<Array>> {
     struct Config(mlx_sys::mlx_fast_cuda_kernel_config);
@@ -343,7 +358,6 @@ fn launch(
     }
     // SAFETY: a new config, freed by its guard.
     let config = Config(unsafe { mlx_sys::mlx_fast_cuda_kernel_config_new() });
-    let t = cstring("T")?;
     // SAFETY: the config is live; the shapes and names outlive each call.
     unsafe {
         for shape in shapes {
@@ -369,17 +383,16 @@ fn launch(
             "mlx_fast_cuda_kernel_config_add_template_arg_dtype",
             mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
                 config.0,
-                t.as_ptr(),
+                c"T".as_ptr(),
                 dtype.into(),
             ),
         )?;
         for (name, value) in ints {
-            let c = cstring(name)?;
             check(
                 "mlx_fast_cuda_kernel_config_add_template_arg_int",
                 mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
                     config.0,
-                    c.as_ptr(),
+                    name.as_ptr(),
                     *value,
                 ),
             )?;

@@ -14,7 +14,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; date -u
 which nvcc cmake python3; nproc; free -g | head -2; df -h /root | tail -1
 B=/root/cache/llama.cpp-cuda-build
-[ "${BUILD:-1}" = 1 ] && setsid nohup bash -c "cmake -S /root/llama -B $B -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF > /root/build.log 2>&1 && cmake --build $B -j 14 --target llama-bench >> /root/build.log 2>&1; echo build rc=\$? >> /root/build.log" > /dev/null 2>&1 < /dev/null &
+[ "${BUILD:-1}" = 1 ] && setsid nohup bash -c "cmake -S /root/llama -B $B -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF > /root/build.log 2>&1 && cmake --build $B -j ${JOBS:-14} --target llama-bench >> /root/build.log 2>&1; echo build rc=\$? >> /root/build.log" > /dev/null 2>&1 < /dev/null &
 cd /root
 for t in ${GEN:-qwen35 Q4_0 Q4_K Q8_0 smol}; do
   case $t in

@@ -2,13 +2,13 @@
 # device call (carry .mlxcu2 .dev2, after device-1.sh with GEN="Q4_0 smol" BUILD=0): where a
 # decode step's host time goes. `gmlx run --bench` on the Llama-3-8B-shaped Q4_0 file and the
 # SmolLM2-135M-shaped one under each of VARIANTS (words of comma-separated settings; MLX's
-# CUDA graph knobs by default), ROUNDS times alternating; each run prints its decode rate and
+# CUDA graph knobs by default), ROUNDS (1) times alternating; each run prints its decode rate and
 # the host's build / submit / wait time per step.
 set -u
 . tools/bench/device/install.sh
 for i in $(seq 1 60); do [ $(cat /root/gen-*.log | grep -c "gen rc") -ge ${FILES:-2} ] && break; sleep 2; done
 F8=/root/cache/bench/llama3-8b-Q4_0.gguf; FS=/root/cache/bench/smollm2-135m-Q4_0.gguf
-for round in $(seq 1 ${ROUNDS:-2}); do
+for round in $(seq 1 ${ROUNDS:-1}); do
   for f in $FS $F8; do
     for v in ${VARIANTS:-GMLX_NONE=1 MLX_MAX_OPS_PER_BUFFER=60 MLX_MAX_OPS_PER_BUFFER=200 MLX_USE_CUDA_GRAPHS=0}; do
       echo "## $(basename $f) round $round $v"

@@ -346,15 +346,25 @@ impl Attention {
         let shape = x.shape();
         let (batch, tokens) = (shape[0], shape[1]);
         let d = self.head_dim;
+        // One token per row (decoding): `[batch, 1, n * width]` already holds `[batch, n, 1,
+        // width]` in order, so one reshape gives the heads' layout where a reshape and a
+        // transposition would (on a GPU a decode step is bound by its operations' count).
+        let one_token = tokens == 1 && !self.output_gate;
         let heads = |h: Array, norm: Option<&RmsNorm>| -> Result<Array> {
             let h = match norm {
                 Some(norm) => norm.forward(&h)?,
                 None => h,
             };
+            if one_token {
+                return Ok(h);
+            }
             Ok(h.transpose_axes(&[0, 2, 1, 3])?)
         };
         let (q_rows, k_rows, v_rows) = self.qkv.forward(x)?;
         let split = |h: Array, n: i32, width: i32| -> Result<Array> {
+            if one_token {
+                return Ok(h.reshape(&[batch, n, 1, width])?);
+            }
             Ok(h.reshape(&[batch, tokens, n, width])?)
         };
         let (q, gate) = if self.output_gate {
@@ -432,11 +442,13 @@ impl Attention {
             };
             self.sdpa(&q, &k, &v, &mask)?
         };
-        let mut out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
-            batch,
-            tokens,
-            self.n_heads * self.head_dim,
-        ])?;
+        let width = self.n_heads * self.head_dim;
+        let mut out = if tokens == 1 {
+            out.reshape(&[batch, 1, width])?
+        } else {
+            out.transpose_axes(&[0, 2, 1, 3])?
+                .reshape(&[batch, tokens, width])?
+        };
         if let Some(gate) = gate {
             out = out.multiply(gmlx_mlx::ops::sigmoid(&gate)?)?;
         }
