@@ -1,5 +1,6 @@
 """Random-weight GGUFs shaped like real models, for speed measurements only (the outputs are
-meaningless). Matrices are random Q4_K blocks (the output head Q6_K) with small block scales;
+meaningless). Matrices are random Q4_K blocks (the output head Q6_K, or the token embedding
+where the shape ties them) with small block scales;
 norms are 1, the DeltaNet's decay parameters fixed and stable.
 
     random_gguf.py SHAPE OUT.gguf --vocab-from TOKENIZER.gguf

@@ -1,10 +1,10 @@
-//! `cargo xtask bench gpu [--types T,..] [--depth N] [--rounds N] [--no-small] [--gmlx BIN]
-//! [--llama-cpp DIR]`, on a machine with an NVIDIA GPU: llama.cpp's `llama-bench` (the pinned sdist built
-//! once with CUDA into `<cache>/llama.cpp-cuda-build`) and `gmlx run --device gpu --dtype
-//! bfloat16 --bench` on the same Llama-3-8B-shaped random files (one per codec, written once into
-//! `<cache>/bench/` by `tools/bench/random_gguf.py`), in the same run: pp512, tg128 and tg128
-//! at depth `--depth` (for Q4_0 and Q4_K), their ratios and the weight bytes each decode reads
-//! per second. llama-bench averages 3 repetitions; gmlx runs `--rounds` times (3), each a new
+//! `cargo xtask bench gpu [--types T,..] [--depth N] [--rounds N] [--no-small]
+//! [--gmlx BIN] [--llama-cpp DIR]`, on a machine with an NVIDIA GPU: llama.cpp's
+//! `llama-bench` (the pinned sdist built once with CUDA into `<cache>/llama.cpp-cuda-build`)
+//! and `gmlx run --device gpu --dtype bfloat16 --bench` on the same Llama-3-8B-shaped random
+//! files (one per codec, written once into `<cache>/bench/` by `tools/bench/random_gguf.py`),
+//! in the same run: pp512, tg128 and tg128 at depth `--depth` (for Q4_0 and Q4_K), their
+//! ratios and the weight bytes each decode reads per second. llama-bench averages 3 repetitions; gmlx runs `--rounds` times (3), each a new
 //! process, and each cell is the median (one process's decode rate varied by up to 1.5x on an
 //! H100). gmlx's decode also runs with host sampling (`GMLX_DEVICE_SAMPLING=0`) on the
 //! first file, for the decode loop's share. The JSON line is kept under
@@ -371,7 +371,8 @@ pub fn run(args: &[String]) -> Result<()> {
         let g = gmlx_median(&gmlx_exe, &file, &[512], false, o.rounds)?;
         println!(
             "SmolLM2-135M shape ({SMALL_TYPE}, tied output head), latency-bound: pp512 llama.cpp \
-             {l_pp:.1} gmlx {:.1} ({:.2}x); tg128 llama.cpp {l_tg:.1} gmlx {:.1} ({:.2}x)",
+             {l_pp:.1} gmlx {:.1} ({:.2}x); tg128 llama.cpp {l_tg:.1} gmlx {:.1} ({:.2}x, \
+             gmlx's after its 512-token prompt)",
             g[0][1],
             g[0][1] / l_pp,
             g[0][2],

@@ -167,6 +167,7 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
         &inputs,
         &[&shape],
         x.dtype(),
+        p.scales.dtype(),
         &[(c"K", k), (c"N", n), (c"ROWS", rows)],
         grid((n + rows - 1) / rows),
     )?;
@@ -174,7 +175,7 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
 }
 
 /// `[x @ W0^T, x @ W1^T, x @ W2^T]` for one row `x [..., K]` in one launch. The caller checks
-/// [`applies`] for each matrix.
+/// [`applies`] for each matrix; their scales share one dtype.
 pub fn matmul_three(x: &Array, p: [Packed<'_>; 3]) -> Result<[Array; 3]> {
     let k = x.shape()[x.ndim() - 1];
     let rows = rows_per_warp();
@@ -191,6 +192,7 @@ pub fn matmul_three(x: &Array, p: [Packed<'_>; 3]) -> Result<[Array; 3]> {
         &inputs,
         &[&shapes[0], &shapes[1], &shapes[2]],
         x.dtype(),
+        side_dtype(&p)?,
         &[
             (c"K", k),
             (c"N0", ns[0]),
@@ -205,7 +207,7 @@ pub fn matmul_three(x: &Array, p: [Packed<'_>; 3]) -> Result<[Array; 3]> {
 
 /// `silu(x @ G^T) * (x @ U^T)` for one row `x [..., K]` and two matrices of the same shape, in
 /// one launch, in `x`'s dtype (the product rounded once, from float). The caller checks
-/// [`applies`] for both.
+/// [`applies`] for both; their scales share one dtype.
 pub fn silu_glu(x: &Array, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
     let n = gate.w.shape()[0];
     if up.w.shape() != gate.w.shape() {
@@ -222,10 +224,20 @@ pub fn silu_glu(x: &Array, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
         &inputs,
         &[&shape],
         x.dtype(),
+        side_dtype(&[gate, up])?,
         &[(c"K", k), (c"N", n), (c"ROWS", rows)],
         grid((n + rows - 1) / rows),
     )?;
     one(outputs)
+}
+
+/// The one dtype of the matrices' scales and biases.
+fn side_dtype(p: &[Packed<'_>]) -> Result<Dtype> {
+    let dtype = p.first().map(|m| m.scales.dtype());
+    match dtype {
+        Some(d) if p.iter().all(|m| m.scales.dtype() == d) => Ok(d),
+        _ => Err(kernel_error("matrices whose scales differ in type")),
+    }
 }
 
 fn one(outputs: Vec<Array>) -> Result<Array> {
@@ -255,7 +267,8 @@ fn with_kernel<R>(
         }
     }
     thread_local! {
-        static KERNELS: [OnceLock<Made>; Kernel::ALL] = const { [const { OnceLock::new() }; Kernel::ALL] };
+        static KERNELS: [OnceLock<Made>; Kernel::ALL] =
+            const { [const { OnceLock::new() }; Kernel::ALL] };
     }
     KERNELS.with(|cells| {
         let cell = &cells[which.index()];
@@ -302,11 +315,12 @@ impl Drop for Names {
 fn new_kernel(which: Kernel) -> Result<mlx_sys::mlx_fast_cuda_kernel> {
     let inputs = Names::new(which.inputs())?;
     let outputs = Names::new(which.outputs())?;
-    let (name, source, header) = (
-        cstring(which.name())?,
-        cstring(&without_comments(which.source()))?,
-        cstring(&without_comments(HEADER))?,
-    );
+    let (source, header) = (without_comments(which.source()), without_comments(HEADER));
+    // MLX keeps a compiled kernel under its name and template values alone (in memory and in
+    // its kernel cache on disk): the name carries a hash of the text, so an edited kernel is
+    // never served from an older build
+    let name = format!("{}_{:08x}", which.name(), fnv1a(&[&header, &source]));
+    let (name, source, header) = (cstring(&name)?, cstring(&source)?, cstring(&header)?);
     // SAFETY: every pointer is live for the call; mlx-c copies what it keeps.
     let kernel = unsafe {
         mlx_sys::mlx_fast_cuda_kernel_new(
@@ -325,9 +339,10 @@ fn new_kernel(which: Kernel) -> Result<mlx_sys::mlx_fast_cuda_kernel> {
     Ok(kernel)
 }
 
-/// `source` without its whole-line comments and blank lines: MLX copies a kernel's header and
-/// source into a new string at every launch (the text is looked up by name only when the
-/// kernel is compiled), so the text it gets is kept short.
+/// `source` without its whole-line comments and blank lines, each line ending in a newline: MLX
+/// copies a kernel's header and source into a new string at every launch (the text is looked up
+/// by name only when the kernel is compiled), so the text it gets is kept short. The kernels'
+/// sources have no line continuations, block comments or string literals.
 fn without_comments(source: &str) -> String {
     source
         .lines()
@@ -335,17 +350,29 @@ fn without_comments(source: &str) -> String {
             let t = l.trim_start();
             !t.is_empty() && !t.starts_with("//")
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// The 32-bit FNV-1a hash of `parts`, in order.
+fn fnv1a(parts: &[&str]) -> u32 {
+    parts
+        .iter()
+        .flat_map(|p| p.bytes())
+        .fold(0x811c_9dc5, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        })
 }
 
 /// Applies kernel `which` to `inputs` with outputs of `shapes`, all of `dtype`, the template
-/// type `T` = `dtype`, integer constants `ints`, over `(threads in all, threads per block)`.
+/// types `T` = `dtype` and `S` = `side` (the matrices' scales and biases), integer constants
+/// `ints`, over `(threads in all, threads per block)`.
 fn launch(
     which: Kernel,
     inputs: &[Array],
     shapes: &[&[i32]],
     dtype: Dtype,
+    side: Dtype,
     ints: &[(&CStr, i32)],
     (grid, block): (i32, i32),
 ) -> Result<Vec<Array>> {
@@ -379,14 +406,18 @@ fn launch(
             "mlx_fast_cuda_kernel_config_set_thread_group",
             mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config.0, block, 1, 1),
         )?;
-        check(
-            "mlx_fast_cuda_kernel_config_add_template_arg_dtype",
-            mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
-                config.0,
-                c"T".as_ptr(),
-                dtype.into(),
-            ),
-        )?;
+        // `S` (the scales' and biases' type, which the kernels deduce) is named so that it
+        // enters the compiled kernel's name with `T`
+        for (name, dtype) in [(c"T", dtype), (c"S", side)] {
+            check(
+                "mlx_fast_cuda_kernel_config_add_template_arg_dtype",
+                mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
+                    config.0,
+                    name.as_ptr(),
+                    dtype.into(),
+                ),
+            )?;
+        }
         for (name, value) in ints {
             check(
                 "mlx_fast_cuda_kernel_config_add_template_arg_int",

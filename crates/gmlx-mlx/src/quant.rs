@@ -863,6 +863,9 @@ impl QuantWeight {
         ) else {
             return Ok(None);
         };
+        if a.scales.dtype() != b.scales.dtype() || a.scales.dtype() != c.scales.dtype() {
+            return Ok(None);
+        }
         Ok(Some(crate::cuda_qmv::matmul_three(x, [a, b, c])?))
     }
 
@@ -875,6 +878,9 @@ impl QuantWeight {
         let (Some(g), Some(u)) = (gate.fused_cuda_view(x)?, up.fused_cuda_view(x)?) else {
             return Ok(None);
         };
+        if g.scales.dtype() != u.scales.dtype() {
+            return Ok(None);
+        }
         Ok(Some(crate::cuda_qmv::silu_glu(x, g, u)?))
     }
 

@@ -14,7 +14,8 @@ pub struct BenchRow {
     pub decode_tokens: usize,
     pub prefill_tok_s: f64,
     pub decode_tok_s: f64,
-    /// The host's time in the decode steps submitted ahead (none with host sampling).
+    /// The host's time in the decode steps submitted ahead (none with host sampling, or where
+    /// a draw needs the tokens before it, as repetition penalties do).
     pub ahead: AheadTimes,
 }
 
