@@ -61,10 +61,11 @@ fn enabled() -> bool {
     })
 }
 
-/// Whether the fused kernels ([`matmul_three`], [`silu_glu`]) are on (`GMLX_CUDA_QMV_FUSE`).
+/// Whether the fused kernels ([`matmul_three`], [`silu_glu`]) are on: the kernels are
+/// (`GMLX_CUDA_QMV`, MLX's CUDA backend) and `GMLX_CUDA_QMV_FUSE` is not `0`.
 pub fn fusion_enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| switched_on(FUSE_VAR))
+    *ENABLED.get_or_init(|| enabled() && switched_on(FUSE_VAR))
 }
 
 /// Whether [`matmul`] computes `x @ W^T` for these operands now (see the module's text); each
@@ -231,13 +232,15 @@ pub fn silu_glu(x: &Array, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
     one(outputs)
 }
 
-/// The one dtype of the matrices' scales and biases.
+/// The one dtype of the matrices' scales and biases, `None` where they differ (a fused
+/// kernel takes only such matrices).
+pub fn shared_side_dtype(p: &[Packed<'_>]) -> Option<Dtype> {
+    let d = p.first()?.scales.dtype();
+    p.iter().all(|m| m.scales.dtype() == d).then_some(d)
+}
+
 fn side_dtype(p: &[Packed<'_>]) -> Result<Dtype> {
-    let dtype = p.first().map(|m| m.scales.dtype());
-    match dtype {
-        Some(d) if p.iter().all(|m| m.scales.dtype() == d) => Ok(d),
-        _ => Err(kernel_error("matrices whose scales differ in type")),
-    }
+    shared_side_dtype(p).ok_or_else(|| kernel_error("matrices whose scales differ in type"))
 }
 
 fn one(outputs: Vec<Array>) -> Result<Array> {

@@ -863,7 +863,7 @@ impl QuantWeight {
         ) else {
             return Ok(None);
         };
-        if a.scales.dtype() != b.scales.dtype() || a.scales.dtype() != c.scales.dtype() {
+        if crate::cuda_qmv::shared_side_dtype(&[a, b, c]).is_none() {
             return Ok(None);
         }
         Ok(Some(crate::cuda_qmv::matmul_three(x, [a, b, c])?))
@@ -878,7 +878,7 @@ impl QuantWeight {
         let (Some(g), Some(u)) = (gate.fused_cuda_view(x)?, up.fused_cuda_view(x)?) else {
             return Ok(None);
         };
-        if g.scales.dtype() != u.scales.dtype() {
+        if crate::cuda_qmv::shared_side_dtype(&[g, u]).is_none() {
             return Ok(None);
         }
         Ok(Some(crate::cuda_qmv::silu_glu(x, g, u)?))

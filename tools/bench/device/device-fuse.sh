@@ -7,10 +7,7 @@
 # host work per primitive).
 set -u
 . tools/bench/device/install.sh
-echo "## test_cuda_qmv"; /root/bin/test_cuda_qmv --nocapture 2>&1 | tail -40 | tee $OUT/test-cuda-qmv.txt
-if grep -q "test result: FAILED\|panicked" $OUT/test-cuda-qmv.txt && command -v compute-sanitizer > /dev/null; then
-  timeout 200 compute-sanitizer --tool memcheck /root/bin/test_cuda_qmv --nocapture 2>&1 | head -60 | tee $OUT/test-cuda-qmv-sanitizer.txt
-fi
+. tools/bench/device/test-kernels.sh
 for i in $(seq 1 60); do [ $(cat /root/gen-*.log | grep -c "gen rc") -ge ${FILES:-3} ] && break; sleep 2; done
 F8=/root/cache/bench/llama3-8b-Q4_0.gguf; FS=/root/cache/bench/smollm2-135m-Q4_0.gguf
 for round in $(seq 1 ${ROUNDS:-2}); do

@@ -7,11 +7,7 @@
 # cache-thrashing abort stopped before gmlx turned it off.
 set -u
 . tools/bench/device/install.sh
-echo "## test_cuda_qmv"; GMLX_CUDA_QMV=1 /root/bin/test_cuda_qmv --nocapture 2>&1 | tail -25 | tee $OUT/test-cuda-qmv.txt
-# a failure is looked at again under compute-sanitizer (the faulting access and its address)
-if grep -q "test result: FAILED\|panicked" $OUT/test-cuda-qmv.txt && command -v compute-sanitizer > /dev/null; then
-  GMLX_CUDA_QMV=1 timeout 200 compute-sanitizer --tool memcheck /root/bin/test_cuda_qmv --nocapture 2>&1 | head -60 | tee $OUT/test-cuda-qmv-sanitizer.txt
-fi
+. tools/bench/device/test-kernels.sh
 for i in $(seq 1 60); do [ $(cat /root/gen-*.log | grep -c "gen rc") -ge 4 ] && break; sleep 2; done
 for t in ${TYPES:-Q4_0}; do
   F=/root/cache/bench/llama3-8b-$t.gguf
