@@ -31,6 +31,9 @@ use crate::runtime::{check, Backend};
 pub const SWITCH_VAR: &str = "GMLX_CUDA_QMV";
 /// The environment variable that turns the fused kernels off (`0`).
 pub const FUSE_VAR: &str = "GMLX_CUDA_QMV_FUSE";
+/// The environment variable that turns off (`0`) the fused kernels' RMSNorm before and residual
+/// add after ([`norm_matmul_three`], [`norm_silu_glu`], [`matmul_add`]), leaving the rest.
+pub const FUSE_NORM_ADD_VAR: &str = "GMLX_CUDA_QMV_FUSE_NORM_ADD";
 
 const HEADER: &str = include_str!("kernels/qmv4.cuh");
 
@@ -48,8 +51,6 @@ fn rows_per_warp() -> i32 {
     })
 }
 
-const WARPS_PER_BLOCK: i32 = 4;
-
 fn switched_on(var: &str) -> bool {
     std::env::var(var).map_or(true, |v| v.trim() != "0")
 }
@@ -66,6 +67,13 @@ fn enabled() -> bool {
 pub fn fusion_enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
     *ENABLED.get_or_init(|| enabled() && switched_on(FUSE_VAR))
+}
+
+/// Whether the kernels that take a block's norm or residual add are on: the fused kernels
+/// are ([`fusion_enabled`]) and `GMLX_CUDA_QMV_FUSE_NORM_ADD` is not `0`.
+pub fn norm_add_enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| fusion_enabled() && switched_on(FUSE_NORM_ADD_VAR))
 }
 
 /// Whether [`matmul`] computes `x @ W^T` for these operands now (see the module's text); each
@@ -89,10 +97,14 @@ enum Kernel {
     One,
     Three,
     Silu,
+    Add,
+    NormThree,
+    NormSilu,
+    NormRopeThree,
 }
 
 impl Kernel {
-    const ALL: usize = 3;
+    const ALL: usize = 7;
 
     fn index(self) -> usize {
         self as usize
@@ -103,6 +115,10 @@ impl Kernel {
             Kernel::One => "gmlx_qmv4",
             Kernel::Three => "gmlx_qmv4_three",
             Kernel::Silu => "gmlx_qmv4_silu",
+            Kernel::Add => "gmlx_qmv4_add",
+            Kernel::NormThree => "gmlx_qmv4_norm_three",
+            Kernel::NormSilu => "gmlx_qmv4_norm_silu",
+            Kernel::NormRopeThree => "gmlx_qmv4_norm_rope_three",
         }
     }
 
@@ -111,6 +127,10 @@ impl Kernel {
             Kernel::One => include_str!("kernels/qmv4.cu"),
             Kernel::Three => include_str!("kernels/qmv4_three.cu"),
             Kernel::Silu => include_str!("kernels/qmv4_silu.cu"),
+            Kernel::Add => include_str!("kernels/qmv4_add.cu"),
+            Kernel::NormThree => include_str!("kernels/qmv4_norm_three.cu"),
+            Kernel::NormSilu => include_str!("kernels/qmv4_norm_silu.cu"),
+            Kernel::NormRopeThree => include_str!("kernels/qmv4_norm_rope_three.cu"),
         }
     }
 
@@ -119,15 +139,94 @@ impl Kernel {
             Kernel::One => &["w", "scales", "biases", "x"],
             Kernel::Three => &["w0", "s0", "b0", "w1", "s1", "b1", "w2", "s2", "b2", "x"],
             Kernel::Silu => &["wg", "sg", "bg", "wu", "su", "bu", "x"],
+            Kernel::Add => &["w", "scales", "biases", "x", "r"],
+            Kernel::NormThree => &[
+                "nw", "w0", "s0", "b0", "w1", "s1", "b1", "w2", "s2", "b2", "x",
+            ],
+            Kernel::NormSilu => &["nw", "wg", "sg", "bg", "wu", "su", "bu", "x"],
+            Kernel::NormRopeThree => &[
+                "nw", "w0", "s0", "b0", "w1", "s1", "b1", "w2", "s2", "b2", "x", "inv_freq", "pos",
+            ],
         }
     }
 
     fn outputs(self) -> &'static [&'static str] {
         match self {
-            Kernel::One | Kernel::Silu => &["y"],
-            Kernel::Three => &["y0", "y1", "y2"],
+            Kernel::Three | Kernel::NormThree | Kernel::NormRopeThree => &["y0", "y1", "y2"],
+            _ => &["y"],
         }
     }
+
+    /// Warps per thread block: the normed kernels norm the row once per block, so theirs
+    /// are larger.
+    fn warps_per_block(self) -> i32 {
+        match self {
+            Kernel::NormThree | Kernel::NormSilu | Kernel::NormRopeThree => 8,
+            _ => 4,
+        }
+    }
+}
+
+/// An RMSNorm a fused kernel applies to its row first: `x * rsqrt(mean(x^2) + eps) * weight`.
+#[derive(Clone, Copy)]
+pub struct Norm<'a> {
+    pub weight: &'a Array,
+    pub eps: f32,
+}
+
+/// The rotation [`norm_rope_matmul_three`] gives the first two products' rows (queries and
+/// keys) of one token: MLX's `traditional` rotary embedding (adjacent rows 2i, 2i + 1 of each
+/// head of `head_dim` rows, the first `dims` of them), angle `position * position_scale *
+/// inv_freqs[i]`.
+#[derive(Clone, Copy)]
+pub struct Rotation<'a> {
+    /// float32 `[dims / 2]`.
+    pub inv_freqs: &'a Array,
+    /// int32, one value.
+    pub position: &'a Array,
+    pub head_dim: i32,
+    pub dims: i32,
+    pub position_scale: f32,
+}
+
+/// Whether [`norm_rope_matmul_three`] rotates the products of `p` (queries, keys, values) of
+/// one token `x [..., 1, K]` by `rope`: whole heads in each product, an even head of at most as
+/// many rotated rows, and an even number of rows per warp (a warp holds whole pairs).
+pub fn rotation_fits(x: &Array, rope: Rotation<'_>, p: &[Packed<'_>; 3]) -> bool {
+    let d = rope.head_dim;
+    d > 0
+        && d % 2 == 0
+        && rope.dims % 2 == 0
+        && (2..=d).contains(&rope.dims)
+        && rows_per_warp() % 2 == 0
+        && x.ndim() >= 2
+        && x.shape()[x.ndim() - 2] == 1
+        && p.iter().all(|m| m.w.shape()[0] % d == 0)
+        && rope.inv_freqs.dtype() == Dtype::Float32
+        && rope.inv_freqs.shape() == [rope.dims / 2]
+        && rope.position.dtype() == Dtype::Int32
+        && rope.position.size() == 1
+        && rope.position_scale.is_finite()
+}
+
+/// The largest row, in bytes, a normed kernel keeps in a block's shared memory.
+const NORMED_ROW_BYTES: usize = 32 * 1024;
+
+/// Whether the normed kernels ([`norm_matmul_three`], [`norm_silu_glu`]) take row `x` with
+/// `norm`: a weight of `x`'s width in a float type, and a row that fits a block's shared
+/// memory.
+pub fn norm_fits(x: &Array, norm: Norm<'_>) -> bool {
+    if !norm_add_enabled() {
+        return false;
+    }
+    let k = x.shape().last().copied().unwrap_or(0);
+    norm.weight.shape() == [k]
+        && matches!(
+            norm.weight.dtype(),
+            Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32
+        )
+        && k as usize * x.item_size() <= NORMED_ROW_BYTES
+        && norm.eps.is_finite()
 }
 
 /// `[..., K]` with the last dimension `n`.
@@ -139,6 +238,15 @@ fn out_shape(x: &Array, n: i32) -> Vec<i32> {
     shape
 }
 
+/// `[..., n / head_dim, 1, head_dim]` for one token `x [..., 1, K]`.
+fn heads_shape(x: &Array, n: i32, head_dim: i32) -> Vec<i32> {
+    let lead = &x.shape()[..x.ndim().saturating_sub(2)];
+    lead.iter()
+        .copied()
+        .chain([n / head_dim, 1, head_dim])
+        .collect()
+}
+
 /// The operands of one matrix: codes, scales, biases.
 fn operands(p: &Packed<'_>) -> Result<[Array; 3]> {
     let Some(biases) = p.biases else {
@@ -147,10 +255,11 @@ fn operands(p: &Packed<'_>) -> Result<[Array; 3]> {
     Ok([p.w.clone(), p.scales.clone(), biases.clone()])
 }
 
-/// `(threads in all, threads per block)` for `warps` warps.
-fn grid(warps: i32) -> (i32, i32) {
-    let blocks = (warps + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
-    let threads = 32 * WARPS_PER_BLOCK;
+/// `(threads in all, threads per block)` for `warps` warps of kernel `which`.
+fn grid(which: Kernel, warps: i32) -> (i32, i32) {
+    let per_block = which.warps_per_block();
+    let blocks = (warps + per_block - 1) / per_block;
+    let threads = 32 * per_block;
     (blocks * threads, threads)
 }
 
@@ -167,10 +276,36 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
         Kernel::One,
         &inputs,
         &[&shape],
-        x.dtype(),
-        p.scales.dtype(),
+        &types(x, p.scales.dtype(), None),
         &[(c"K", k), (c"N", n), (c"ROWS", rows)],
-        grid((n + rows - 1) / rows),
+        grid(Kernel::One, (n + rows - 1) / rows),
+    )?;
+    one(outputs)
+}
+
+/// `residual + x @ W^T` for one row `x [..., K]`, a 4-bit affine matrix `W [N, K]` and
+/// `residual [..., N]` of `x`'s dtype, in one launch: the product rounded to the dtype, then
+/// added as MLX adds. The caller checks [`applies`].
+pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
+    let n = p.w.shape()[0];
+    let k = p.w.shape()[1] * 8;
+    let shape = out_shape(x, n);
+    if residual.shape() != shape.as_slice() || residual.dtype() != x.dtype() {
+        return Err(kernel_error(
+            "a residual of another shape or dtype than the product",
+        ));
+    }
+    let rows = rows_per_warp();
+    let mut inputs = operands(&p)?.to_vec();
+    inputs.push(x.clone());
+    inputs.push(residual.clone());
+    let outputs = launch(
+        Kernel::Add,
+        &inputs,
+        &[&shape],
+        &types(x, p.scales.dtype(), None),
+        &[(c"K", k), (c"N", n), (c"ROWS", rows)],
+        grid(Kernel::Add, (n + rows - 1) / rows),
     )?;
     one(outputs)
 }
@@ -178,30 +313,89 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
 /// `[x @ W0^T, x @ W1^T, x @ W2^T]` for one row `x [..., K]` in one launch. The caller checks
 /// [`applies`] for each matrix; their scales share one dtype.
 pub fn matmul_three(x: &Array, p: [Packed<'_>; 3]) -> Result<[Array; 3]> {
+    three(x, None, None, p)
+}
+
+/// [`matmul_three`] of `norm(x)`, the norm applied in the same launch (its row rounded to
+/// `x`'s dtype as MLX's `rms_norm` rounds it). The caller checks [`applies`] for each matrix
+/// and [`norm_fits`].
+pub fn norm_matmul_three(x: &Array, norm: Norm<'_>, p: [Packed<'_>; 3]) -> Result<[Array; 3]> {
+    three(x, Some(norm), None, p)
+}
+
+/// [`norm_matmul_three`] with the first two products (a block's queries and keys) rotated by
+/// `rope` in the same launch (each product rounded to `x`'s dtype before, as MLX's `rope`
+/// reads it), the three outputs in the heads' layout attention reads: `x [..., 1, K]` gives
+/// `[..., N / head_dim, 1, head_dim]` (the same values in the same order as `[..., 1, N]`).
+/// The caller checks [`applies`], [`norm_fits`] and [`rotation_fits`].
+pub fn norm_rope_matmul_three(
+    x: &Array,
+    norm: Norm<'_>,
+    rope: Rotation<'_>,
+    p: [Packed<'_>; 3],
+) -> Result<[Array; 3]> {
+    if !rotation_fits(x, rope, &p) {
+        return Err(kernel_error("a rotation the kernel does not apply"));
+    }
+    three(x, Some(norm), Some(rope), p)
+}
+
+fn three(
+    x: &Array,
+    norm: Option<Norm<'_>>,
+    rope: Option<Rotation<'_>>,
+    p: [Packed<'_>; 3],
+) -> Result<[Array; 3]> {
     let k = x.shape()[x.ndim() - 1];
     let rows = rows_per_warp();
     let ns = p.each_ref().map(|p| p.w.shape()[0]);
-    let mut inputs = Vec::with_capacity(10);
+    let mut inputs = Vec::with_capacity(11);
+    inputs.extend(norm.map(|n| n.weight.clone()));
     for m in &p {
         inputs.extend(operands(m)?);
     }
     inputs.push(x.clone());
-    let shapes = ns.map(|n| out_shape(x, n));
+    if let Some(r) = rope {
+        inputs.extend([r.inv_freqs.clone(), r.position.clone()]);
+    }
+    let shapes = ns.map(|n| match rope {
+        Some(r) => heads_shape(x, n, r.head_dim),
+        None => out_shape(x, n),
+    });
     let warps: i32 = ns.iter().map(|n| (n + rows - 1) / rows).sum();
+    let which = match (norm.is_some(), rope.is_some()) {
+        (true, true) => Kernel::NormRopeThree,
+        (true, false) => Kernel::NormThree,
+        (false, false) => Kernel::Three,
+        (false, true) => return Err(kernel_error("a rotation without a norm")),
+    };
+    let mut ints = vec![
+        (c"K", k),
+        (c"N0", ns[0]),
+        (c"N1", ns[1]),
+        (c"N2", ns[2]),
+        (c"ROWS", rows),
+    ];
+    if let Some(n) = norm {
+        ints.extend([
+            (c"EPS", n.eps.to_bits() as i32),
+            (c"BLOCK", 32 * which.warps_per_block()),
+        ]);
+    }
+    if let Some(r) = rope {
+        ints.extend([
+            (c"D", r.head_dim),
+            (c"RD", r.dims),
+            (c"PSCALE", r.position_scale.to_bits() as i32),
+        ]);
+    }
     let outputs = launch(
-        Kernel::Three,
+        which,
         &inputs,
         &[&shapes[0], &shapes[1], &shapes[2]],
-        x.dtype(),
-        side_dtype(&p)?,
-        &[
-            (c"K", k),
-            (c"N0", ns[0]),
-            (c"N1", ns[1]),
-            (c"N2", ns[2]),
-            (c"ROWS", rows),
-        ],
-        grid(warps),
+        &types(x, side_dtype(&p)?, norm),
+        &ints,
+        grid(which, warps),
     )?;
     <[Array; 3]>::try_from(outputs).map_err(|_| kernel_error("MLX returned other than 3 outputs"))
 }
@@ -210,26 +404,57 @@ pub fn matmul_three(x: &Array, p: [Packed<'_>; 3]) -> Result<[Array; 3]> {
 /// one launch, in `x`'s dtype (the product rounded once, from float). The caller checks
 /// [`applies`] for both; their scales share one dtype.
 pub fn silu_glu(x: &Array, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
+    silu(x, None, gate, up)
+}
+
+/// [`silu_glu`] of `norm(x)`, the norm applied in the same launch (as [`norm_matmul_three`]).
+pub fn norm_silu_glu(x: &Array, norm: Norm<'_>, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
+    silu(x, Some(norm), gate, up)
+}
+
+fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
     let n = gate.w.shape()[0];
     if up.w.shape() != gate.w.shape() {
         return Err(kernel_error("gate and up matrices of different shapes"));
     }
     let k = x.shape()[x.ndim() - 1];
     let rows = (rows_per_warp() / 2).max(1);
-    let mut inputs = operands(&gate)?.to_vec();
+    let mut inputs: Vec<Array> = norm.iter().map(|n| n.weight.clone()).collect();
+    inputs.extend(operands(&gate)?);
     inputs.extend(operands(&up)?);
     inputs.push(x.clone());
     let shape = out_shape(x, n);
+    let which = if norm.is_some() {
+        Kernel::NormSilu
+    } else {
+        Kernel::Silu
+    };
+    let mut ints = vec![(c"K", k), (c"N", n), (c"ROWS", rows)];
+    if let Some(n) = norm {
+        ints.extend([
+            (c"EPS", n.eps.to_bits() as i32),
+            (c"BLOCK", 32 * which.warps_per_block()),
+        ]);
+    }
     let outputs = launch(
-        Kernel::Silu,
+        which,
         &inputs,
         &[&shape],
-        x.dtype(),
-        side_dtype(&[gate, up])?,
-        &[(c"K", k), (c"N", n), (c"ROWS", rows)],
-        grid((n + rows - 1) / rows),
+        &types(x, side_dtype(&[gate, up])?, norm),
+        &ints,
+        grid(which, (n + rows - 1) / rows),
     )?;
     one(outputs)
+}
+
+/// The kernels' template types: `T` (the row's and outputs' dtype), `S` (the matrices'
+/// scales and biases) and, for a normed kernel, `W` (the norm weight's). The kernels deduce
+/// `S` and `W` from their arguments; they are named so that they enter the compiled kernel's
+/// name with `T` (MLX keys its compiled kernels by name and template values).
+fn types(x: &Array, side: Dtype, norm: Option<Norm<'_>>) -> Vec<(&'static CStr, Dtype)> {
+    let mut types = vec![(c"T", x.dtype()), (c"S", side)];
+    types.extend(norm.map(|n| (c"W", n.weight.dtype())));
+    types
 }
 
 /// The one dtype of the matrices' scales and biases, `None` where they differ (a fused
@@ -322,7 +547,9 @@ fn new_kernel(which: Kernel) -> Result<mlx_sys::mlx_fast_cuda_kernel> {
     // MLX keeps a compiled kernel under its name and template values alone (in memory and in
     // its kernel cache on disk): the name carries a hash of the text, so an edited kernel is
     // never served from an older build
-    let name = format!("{}_{:08x}", which.name(), fnv1a(&[&header, &source]));
+    let hash = fnv1a(&[&header, &source]);
+    let name = format!("{}_{hash:08x}", which.name());
+    let header = header_include(&header).unwrap_or(header);
     let (name, source, header) = (cstring(&name)?, cstring(&source)?, cstring(&header)?);
     // SAFETY: every pointer is live for the call; mlx-c copies what it keeps.
     let kernel = unsafe {
@@ -340,6 +567,34 @@ fn new_kernel(which: Kernel) -> Result<mlx_sys::mlx_fast_cuda_kernel> {
         return Err(kernel_error("MLX could not make it"));
     }
     Ok(kernel)
+}
+
+/// An `#include` of `header`, written to `<gmlx cache>/cuda-kernels/qmv4_<hash>.cuh` (kept
+/// there, rewritten when missing); `None` where it cannot be written or named. MLX hashes a
+/// custom kernel's whole text at every launch to find its compiled module and copies it into
+/// a new string at every call: with the header's seven kilobytes inline that is several
+/// microseconds of host time per launch, a few hundred launches per decode step. NVRTC reads
+/// an included file by its absolute path when it compiles the kernel.
+fn header_include(header: &str) -> Option<String> {
+    let dir = gmlx_cache::dir().join("cuda-kernels");
+    let path = dir.join(format!("qmv4_{:08x}.cuh", fnv1a(&[header])));
+    let text = path.to_str()?;
+    if !path.is_absolute() || text.contains(['"', '\n', '\\']) {
+        return None;
+    }
+    let current = std::fs::read_to_string(&path).is_ok_and(|t| t == header);
+    if !current {
+        std::fs::create_dir_all(&dir).ok()?;
+        // another process may write the same file: each writes its own and renames
+        let partial = dir.join(format!(
+            "qmv4_{:08x}.{}.partial",
+            fnv1a(&[header]),
+            std::process::id()
+        ));
+        std::fs::write(&partial, header).ok()?;
+        std::fs::rename(&partial, &path).ok()?;
+    }
+    Some(format!("#include \"{text}\"\n"))
 }
 
 /// `source` without its whole-line comments and blank lines, each line ending in a newline: MLX
@@ -367,15 +622,14 @@ fn fnv1a(parts: &[&str]) -> u32 {
         })
 }
 
-/// Applies kernel `which` to `inputs` with outputs of `shapes`, all of `dtype`, the template
-/// types `T` = `dtype` and `S` = `side` (the matrices' scales and biases), integer constants
-/// `ints`, over `(threads in all, threads per block)`.
+/// Applies kernel `which` to `inputs` with outputs of `shapes`, all of the first template
+/// type's dtype, the template types `types` (see [`types`]), integer constants `ints`, over
+/// `(threads in all, threads per block)`.
 fn launch(
     which: Kernel,
     inputs: &[Array],
     shapes: &[&[i32]],
-    dtype: Dtype,
-    side: Dtype,
+    types: &[(&CStr, Dtype)],
     ints: &[(&CStr, i32)],
     (grid, block): (i32, i32),
 ) -> Result<Vec<Array>> {
@@ -386,6 +640,9 @@ fn launch(
             unsafe { mlx_sys::mlx_fast_cuda_kernel_config_free(self.0) };
         }
     }
+    let Some(&(_, dtype)) = types.first() else {
+        return Err(kernel_error("no output type"));
+    };
     // SAFETY: a new config, freed by its guard.
     let config = Config(unsafe { mlx_sys::mlx_fast_cuda_kernel_config_new() });
     // SAFETY: the config is live; the shapes and names outlive each call.
@@ -409,15 +666,13 @@ fn launch(
             "mlx_fast_cuda_kernel_config_set_thread_group",
             mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config.0, block, 1, 1),
         )?;
-        // `S` (the scales' and biases' type, which the kernels deduce) is named so that it
-        // enters the compiled kernel's name with `T`
-        for (name, dtype) in [(c"T", dtype), (c"S", side)] {
+        for (name, dtype) in types {
             check(
                 "mlx_fast_cuda_kernel_config_add_template_arg_dtype",
                 mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
                     config.0,
                     name.as_ptr(),
-                    dtype.into(),
+                    (*dtype).into(),
                 ),
             )?;
         }
@@ -467,5 +722,29 @@ fn apply(
         };
         mlx_sys::mlx_vector_array_free(outputs);
         arrays
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_is_included_from_a_file_that_holds_it() {
+        let header = without_comments(HEADER);
+        let include = header_include(&header).expect("the cache folder is writable here");
+        let path = include
+            .strip_prefix("#include \"")
+            .and_then(|rest| rest.strip_suffix("\"\n"))
+            .expect("one include line");
+        assert_eq!(std::fs::read_to_string(path).expect("written"), header);
+        // a second kernel finds it in place
+        assert_eq!(header_include(&header).as_deref(), Some(include.as_str()));
+    }
+
+    #[test]
+    fn kernel_text_keeps_code_lines_and_drops_comments() {
+        let text = without_comments("// a comment\n\n  int a = 1;  // kept\n#pragma unroll\n");
+        assert_eq!(text, "  int a = 1;  // kept\n#pragma unroll\n");
     }
 }

@@ -884,6 +884,79 @@ impl QuantWeight {
         Ok(Some(crate::cuda_qmv::silu_glu(x, g, u)?))
     }
 
+    /// [`QuantWeight::matmul_three`] of `norm(x)`, the RMSNorm applied in the same CUDA launch
+    /// ([`crate::cuda_qmv::norm_matmul_three`]) and, given `rope`, the first two products
+    /// rotated there too ([`crate::cuda_qmv::norm_rope_matmul_three`]); or `None` (nothing done)
+    /// where that kernel does not take the three, the norm and the rotation: the caller then
+    /// norms `x`, multiplies and rotates.
+    pub fn norm_matmul_three(
+        x: &Array,
+        norm: crate::cuda_qmv::Norm<'_>,
+        rope: Option<crate::cuda_qmv::Rotation<'_>>,
+        weights: [&QuantWeight; 3],
+    ) -> Result<Option<[Array; 3]>> {
+        if !crate::cuda_qmv::norm_fits(x, norm) {
+            return Ok(None);
+        }
+        let (Some(a), Some(b), Some(c)) = (
+            weights[0].fused_cuda_view(x)?,
+            weights[1].fused_cuda_view(x)?,
+            weights[2].fused_cuda_view(x)?,
+        ) else {
+            return Ok(None);
+        };
+        if crate::cuda_qmv::shared_side_dtype(&[a, b, c]).is_none() {
+            return Ok(None);
+        }
+        Ok(Some(match rope {
+            Some(r) if crate::cuda_qmv::rotation_fits(x, r, &[a, b, c]) => {
+                crate::cuda_qmv::norm_rope_matmul_three(x, norm, r, [a, b, c])?
+            }
+            Some(_) => return Ok(None),
+            None => crate::cuda_qmv::norm_matmul_three(x, norm, [a, b, c])?,
+        }))
+    }
+
+    /// [`QuantWeight::silu_glu`] of `norm(x)` in one CUDA launch
+    /// ([`crate::cuda_qmv::norm_silu_glu`]), or `None` (nothing done).
+    pub fn norm_silu_glu(
+        x: &Array,
+        norm: crate::cuda_qmv::Norm<'_>,
+        gate: &QuantWeight,
+        up: &QuantWeight,
+    ) -> Result<Option<Array>> {
+        if gate.rows != up.rows || !crate::cuda_qmv::norm_fits(x, norm) {
+            return Ok(None);
+        }
+        let (Some(g), Some(u)) = (gate.fused_cuda_view(x)?, up.fused_cuda_view(x)?) else {
+            return Ok(None);
+        };
+        if crate::cuda_qmv::shared_side_dtype(&[g, u]).is_none() {
+            return Ok(None);
+        }
+        Ok(Some(crate::cuda_qmv::norm_silu_glu(x, norm, g, u)?))
+    }
+
+    /// `residual + x @ W^T` in one CUDA launch ([`crate::cuda_qmv::matmul_add`]), or `None`
+    /// (nothing done) where that kernel does not take it: the caller then multiplies and adds,
+    /// which gives the same values.
+    pub fn matmul_add(&self, x: &Array, residual: &Array) -> Result<Option<Array>> {
+        if !crate::cuda_qmv::norm_add_enabled() {
+            return Ok(None);
+        }
+        let Some(p) = self.fused_cuda_view(x)? else {
+            return Ok(None);
+        };
+        let mut shape = x.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = self.rows;
+        }
+        if residual.shape() != shape.as_slice() || residual.dtype() != x.dtype() {
+            return Ok(None);
+        }
+        Ok(Some(crate::cuda_qmv::matmul_add(x, p, residual)?))
+    }
+
     /// Whether [`QuantWeight::host_matmul`] takes `rows` rows now: on the CPU, under a
     /// [`host_products`] guard and no [`training_products`] one, a weight the host kernel reads.
     pub fn on_host(&self, rows: usize) -> bool {

@@ -2,13 +2,15 @@
 //! dequantization (`w = scale * q + bias`, summed in float64 on the host) and MLX's own
 //! quantized product, for bfloat16, float16 and float32 rows, row counts that do not fill a
 //! block, and rows that start off a 16-byte boundary; the fused kernels (three matrices in one
-//! launch, the SwiGLU of two) against the same reference. Runs where MLX's CUDA backend is
+//! launch, the SwiGLU of two, each also with the RMSNorm of its row in the launch; a product
+//! with the residual added) against the same reference, the normed ones of MLX's own
+//! `rms_norm` of the row. Runs where MLX's CUDA backend is
 //! loaded (the rented GPU machine); elsewhere it says so and passes, as the kernels are never
 //! taken there. MLX's `qmv` is only compared where it can read the row: in MLX 0.32.2 it faults
 //! ("misaligned address") on a 2-byte element 2 bytes off a 4-byte boundary.
 use gmlx_mlx::qmm::{self, Mode, Packed};
 use gmlx_mlx::runtime::{backend, Backend};
-use gmlx_mlx::{cuda_qmv, device, Array, Dtype};
+use gmlx_mlx::{cuda_qmv, device, fast, Array, Dtype};
 
 /// A small deterministic generator (no dependency): uniform in [0, 1).
 struct Lcg(u64);
@@ -199,6 +201,168 @@ fn check_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
     );
 }
 
+/// An RMSNorm weight of `k` values around 1 in `dtype`.
+fn norm_weight(k: i32, dtype: Dtype, rng: &mut Lcg) -> Array {
+    let w: Vec<f32> = (0..k).map(|_| 0.5 + rng.next()).collect();
+    Array::from_slice(&w, &[k]).as_dtype(dtype).expect("cast")
+}
+
+/// The three products of `norm(x)` in one launch against the reference dequantization of
+/// MLX's own `rms_norm` of the row (what the unfused route multiplies).
+fn check_norm_three(ns: [i32; 3], k: i32, dtype: Dtype, norm_dtype: Dtype, rng: &mut Lcg) {
+    let ms = ns.map(|n| Matrix::random(n, k, dtype, rng));
+    let x = row(k, dtype, 1, rng);
+    let weight = norm_weight(k, norm_dtype, rng);
+    let norm = cuda_qmv::Norm {
+        weight: &weight,
+        eps: 1e-5,
+    };
+    assert!(
+        cuda_qmv::norm_fits(&x, norm),
+        "{k} {dtype:?}: norm not taken"
+    );
+    let ys =
+        cuda_qmv::norm_matmul_three(&x, norm, [ms[0].packed(), ms[1].packed(), ms[2].packed()])
+            .expect("kernel");
+    let normed = host(&fast::rms_norm(&x, Some(&weight), 1e-5).expect("rms_norm"));
+    for (i, (m, y)) in ms.iter().zip(&ys).enumerate() {
+        assert_eq!(y.shape(), &[1, m.n], "output {i}'s shape");
+        let err = worst(&host(y), &m.reference(&normed));
+        eprintln!("norm three {ns:?} x {k}, {dtype:?} (norm {norm_dtype:?}): output {i} {err:.2e}");
+        assert!(
+            err <= tolerance(dtype),
+            "norm three {ns:?} x {k} {dtype:?}: output {i} {err:.2e}"
+        );
+    }
+}
+
+/// [`check_norm_three`] with the first two products rotated at `position` in the launch (heads
+/// of `head_dim` rows, the first `dims` of each rotated), against the reference rotated in
+/// float64 by the angle MLX computes (a float32 product of position and frequency).
+fn check_norm_rope_three(
+    n_heads: [i32; 2],
+    head_dim: i32,
+    dims: i32,
+    k: i32,
+    dtype: Dtype,
+    rng: &mut Lcg,
+) {
+    let ns = [
+        n_heads[0] * head_dim,
+        n_heads[1] * head_dim,
+        n_heads[1] * head_dim,
+    ];
+    let ms = ns.map(|n| Matrix::random(n, k, dtype, rng));
+    let x = row(k, dtype, 0, rng);
+    let weight = norm_weight(k, Dtype::Float32, rng);
+    let norm = cuda_qmv::Norm {
+        weight: &weight,
+        eps: 1e-5,
+    };
+    let inv_freqs: Vec<f32> = (0..dims / 2)
+        .map(|i| 500_000f32.powf(-2.0 * i as f32 / dims as f32))
+        .collect();
+    let inv_array = Array::from_slice(&inv_freqs, &[dims / 2]);
+    let position = 1234;
+    let position_array = Array::from_slice(&[position], &[1]);
+    let rope = cuda_qmv::Rotation {
+        inv_freqs: &inv_array,
+        position: &position_array,
+        head_dim,
+        dims,
+        position_scale: 1.0,
+    };
+    let packed = [ms[0].packed(), ms[1].packed(), ms[2].packed()];
+    assert!(
+        cuda_qmv::rotation_fits(&x, rope, &packed),
+        "rotation not taken"
+    );
+    let ys = cuda_qmv::norm_rope_matmul_three(&x, norm, rope, packed).expect("kernel");
+    let normed = host(&fast::rms_norm(&x, Some(&weight), 1e-5).expect("rms_norm"));
+    for (i, (m, y)) in ms.iter().zip(&ys).enumerate() {
+        assert_eq!(
+            y.shape(),
+            &[m.n / head_dim, 1, head_dim],
+            "output {i}: not in heads"
+        );
+        let mut reference = m.reference(&normed);
+        if i < 2 {
+            for head in reference.chunks_exact_mut(head_dim as usize) {
+                for (j, &f) in inv_freqs.iter().enumerate() {
+                    let theta = (position as f32 * f) as f64;
+                    let (a, b) = (head[2 * j], head[2 * j + 1]);
+                    head[2 * j] = a * theta.cos() - b * theta.sin();
+                    head[2 * j + 1] = a * theta.sin() + b * theta.cos();
+                }
+            }
+        }
+        let err = worst(&host(y), &reference);
+        eprintln!("norm rope three {ns:?} x {k} (rotating {dims} of {head_dim}), {dtype:?}: output {i} {err:.2e}");
+        assert!(
+            err <= tolerance(dtype),
+            "norm rope three {ns:?} x {k} {dtype:?}: output {i} {err:.2e}"
+        );
+    }
+}
+
+/// `silu(G n) * (U n)` of `n = norm(x)` in one launch, as [`check_norm_three`].
+fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
+    let (g, u) = (
+        Matrix::random(n, k, dtype, rng),
+        Matrix::random(n, k, dtype, rng),
+    );
+    let x = row(k, dtype, 0, rng);
+    let weight = norm_weight(k, Dtype::Float32, rng);
+    let norm = cuda_qmv::Norm {
+        weight: &weight,
+        eps: 1e-6,
+    };
+    let y = host(&cuda_qmv::norm_silu_glu(&x, norm, g.packed(), u.packed()).expect("kernel"));
+    let normed = host(&fast::rms_norm(&x, Some(&weight), 1e-6).expect("rms_norm"));
+    let reference: Vec<f64> = g
+        .reference(&normed)
+        .iter()
+        .zip(u.reference(&normed))
+        .map(|(gate, up)| gate / (1.0 + (-gate).exp()) * up)
+        .collect();
+    let err = worst(&y, &reference);
+    eprintln!("norm silu {n} x {k}, {dtype:?}: {err:.2e}");
+    assert!(
+        err <= tolerance(dtype),
+        "norm silu {n} x {k} {dtype:?}: {err:.2e}"
+    );
+}
+
+/// `r + W x` in one launch against the reference, and exactly what MLX's add of the
+/// one-matrix kernel's product gives.
+fn check_add(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
+    let m = Matrix::random(n, k, dtype, rng);
+    let x = row(k, dtype, 0, rng);
+    let r = row(n, dtype, 3, rng);
+    let y = cuda_qmv::matmul_add(&x, m.packed(), &r).expect("kernel");
+    let rs = host(&r);
+    let reference: Vec<f64> = m
+        .reference(&host(&x))
+        .iter()
+        .zip(&rs)
+        .map(|(p, r)| p + *r as f64)
+        .collect();
+    let err = worst(&host(&y), &reference);
+    eprintln!("add {n} x {k}, {dtype:?}: {err:.2e}");
+    assert!(
+        err <= tolerance(dtype),
+        "add {n} x {k} {dtype:?}: {err:.2e}"
+    );
+    let unfused = r
+        .add(cuda_qmv::matmul(&x, m.packed()).expect("kernel"))
+        .expect("add");
+    assert_eq!(
+        host(&y),
+        host(&unfused),
+        "add {n} x {k} {dtype:?}: not MLX's add"
+    );
+}
+
 #[test]
 fn the_cuda_4bit_product_matches_the_reference_dequantization() {
     if backend().ok() != Some(Backend::Cuda) {
@@ -220,5 +384,12 @@ fn the_cuda_4bit_product_matches_the_reference_dequantization() {
         check_three([96, 32, 32], 576, dtype, 1, &mut rng);
         check_silu(301, 4096, dtype, &mut rng);
         check_silu(64, 14336, dtype, &mut rng);
+        check_add(301, 4096, dtype, &mut rng);
+        check_add(4096, 14336, dtype, &mut rng);
+        check_norm_three([512, 129, 131], 4096, dtype, Dtype::Float32, &mut rng);
+        check_norm_three([96, 32, 32], 576, dtype, dtype, &mut rng);
+        check_norm_silu(301, 4096, dtype, &mut rng);
+        check_norm_rope_three([32, 8], 128, 128, 4096, dtype, &mut rng);
+        check_norm_rope_three([9, 3], 64, 32, 576, dtype, &mut rng);
     }
 }

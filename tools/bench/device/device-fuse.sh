@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # device call (carry .mlxcu2 .dev2, after device-1.sh with GEN="Q4_0 Q4_K smol"): the CUDA 4-bit
-# kernels' test (one matrix, three in one launch, the fused SwiGLU), then `gmlx run --bench` on
+# kernels' test (one matrix, three in one launch, the fused SwiGLU; TEST=0 skips it), then `gmlx run --bench` on
 # the Llama-3-8B-shaped Q4_0 file and the SmolLM2-135M-shaped one with the fused kernels off and
 # on (GMLX_CUDA_QMV_FUSE), alternating ROUNDS times (2), then, where the machine has nsys, a
 # profile of a short decode on each file: kernels, CUDA API calls and MLX's NVTX ranges (its
 # host work per primitive).
 set -u
 . tools/bench/device/install.sh
-. tools/bench/device/test-kernels.sh
+[ "${TEST:-1}" = 1 ] && . tools/bench/device/test-kernels.sh
 for i in $(seq 1 60); do [ $(cat /root/gen-*.log | grep -c "gen rc") -ge ${FILES:-3} ] && break; sleep 2; done
 F8=/root/cache/bench/llama3-8b-Q4_0.gguf; FS=/root/cache/bench/smollm2-135m-Q4_0.gguf
 for round in $(seq 1 ${ROUNDS:-2}); do

@@ -1,5 +1,5 @@
-// Shared by gmlx's 4-bit matrix-vector kernels (qmv4.cu, qmv4_three.cu, qmv4_silu.cu), passed
-// to MLX's custom-kernel API as their header. The matrices are MLX affine 4-bit in groups of
+// Shared by gmlx's 4-bit matrix-vector kernels (qmv4*.cu), passed to MLX's custom-kernel API as
+// their header. The matrices are MLX affine 4-bit in groups of
 // 32 columns (w = scale * q + bias): codes `uint32_t [N, K / 8]`, scales and biases `S [N, K /
 // 32]`; the activation row `x` is `T [K]`. A warp computes a few rows of one or more matrices
 // against the same row x.
@@ -10,8 +10,9 @@
 // keeps several loads outstanding (a decode step has too few warps to hide memory latency
 // with one load each). A group's 32 activations are converted once and serve all the warp's
 // rows. A nibble becomes a float without a conversion instruction: 0x4B0000nn read as a float
-// is 2^23 + nn. `x` may be a view at any offset, so its alignment decides between 16-byte and
-// element loads; a row of codes is K / 2 bytes, a multiple of 16.
+// is 2^23 + nn. `x` may be a view at any offset, or the block's shared copy of a normed row, so
+// its alignment decides between 16-byte and element loads (plain loads: `__ldg` cannot read
+// shared memory); a row of codes is K / 2 bytes, a multiple of 16.
 
 __device__ __forceinline__ int gmlx_warp_index() {
   return blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -62,7 +63,7 @@ __device__ __forceinline__ void gmlx_qmv4_dot(
         constexpr int PER = 16 / sizeof(T);
 #pragma unroll
         for (int c = 0; c < 32 / PER; ++c) {
-          uint4 raw = __ldg(reinterpret_cast<const uint4*>(xg) + c);
+          uint4 raw = reinterpret_cast<const uint4*>(xg)[c];
           const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
           for (int i = 0; i < PER; ++i) {
@@ -133,7 +134,21 @@ __device__ __forceinline__ void gmlx_qmv4_point(
   }
 }
 
-// y[row0 .. row0 + ROWS) = rows of W x, those below n.
+// The rotation of a block's queries or keys at one position, taken by a product's rows before
+// they are written: MLX's `traditional` rotation of a head's rows 2i and 2i + 1 by angle
+// t * inv_freq[i], over the first rd of each head's d rows. A warp's ROWS rows (even) start at
+// an even row, so each warp holds whole pairs.
+struct GmlxRope {
+  const float* inv_freq;
+  float t;
+  int d;
+  int rd;
+};
+
+// y[row0 .. row0 + ROWS) = rows of W x, those below n; plus the same rows of `residual` where
+// it is given, added as MLX adds two arrays of T (the product rounded to T first); or rotated
+// by `rope` where its inv_freq is given (the product rounded to T, rotated in float, as MLX's
+// rope reads and writes T).
 template <int K, int ROWS, typename S, typename T>
 __device__ __forceinline__ void gmlx_qmv4_rows(
     const uint32_t* w,
@@ -142,7 +157,9 @@ __device__ __forceinline__ void gmlx_qmv4_rows(
     const T* x,
     T* y,
     int n,
-    int row0) {
+    int row0,
+    const T* residual = nullptr,
+    GmlxRope rope = GmlxRope{nullptr, 0.0f, 0, 0}) {
   const uint32_t* wr[ROWS];
   const S* sr[ROWS];
   const S* br[ROWS];
@@ -150,10 +167,28 @@ __device__ __forceinline__ void gmlx_qmv4_rows(
   float acc[ROWS];
   gmlx_qmv4_dot<K, ROWS, S, T>(wr, sr, br, x, acc);
   if ((threadIdx.x & 31) == 0) {
+    if (rope.inv_freq != nullptr) {
+#pragma unroll
+      for (int r = 0; r + 1 < ROWS; r += 2) {
+        const int i = (row0 + r) % rope.d;
+        if (i < rope.rd) {
+          const float a = static_cast<float>(static_cast<T>(acc[r]));
+          const float b = static_cast<float>(static_cast<T>(acc[r + 1]));
+          float sin_t;
+          float cos_t;
+          sincosf(rope.t * rope.inv_freq[i / 2], &sin_t, &cos_t);
+          acc[r] = a * cos_t - b * sin_t;
+          acc[r + 1] = a * sin_t + b * cos_t;
+        }
+      }
+    }
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       if (row0 + r < n) {
-        y[row0 + r] = static_cast<T>(acc[r]);
+        const T product = static_cast<T>(acc[r]);
+        y[row0 + r] = residual == nullptr
+            ? product
+            : static_cast<T>(static_cast<float>(residual[row0 + r]) + static_cast<float>(product));
       }
     }
   }
@@ -189,4 +224,101 @@ __device__ __forceinline__ void gmlx_qmv4_silu_rows(
       }
     }
   }
+}
+
+// The three matrices' rows by warp: the first warps take W0's rows, then W1's, then W2's; W0's
+// and W1's rows rotated by `rope` where its inv_freq is given (queries and keys).
+template <int K, int N0, int N1, int N2, int ROWS, typename S, typename T>
+__device__ __forceinline__ void gmlx_qmv4_three(
+    const uint32_t* w0, const S* s0, const S* b0,
+    const uint32_t* w1, const S* s1, const S* b1,
+    const uint32_t* w2, const S* s2, const S* b2,
+    const T* x, T* y0, T* y1, T* y2,
+    GmlxRope rope = GmlxRope{nullptr, 0.0f, 0, 0}) {
+  constexpr int WARPS0 = (N0 + ROWS - 1) / ROWS;
+  constexpr int WARPS1 = (N1 + ROWS - 1) / ROWS;
+  constexpr int WARPS2 = (N2 + ROWS - 1) / ROWS;
+  const int warp = gmlx_warp_index();
+  const T* no_residual = nullptr;
+  if (warp < WARPS0) {
+    gmlx_qmv4_rows<K, ROWS>(w0, s0, b0, x, y0, N0, warp * ROWS, no_residual, rope);
+  } else if (warp < WARPS0 + WARPS1) {
+    gmlx_qmv4_rows<K, ROWS>(w1, s1, b1, x, y1, N1, (warp - WARPS0) * ROWS, no_residual, rope);
+  } else if (warp < WARPS0 + WARPS1 + WARPS2) {
+    gmlx_qmv4_rows<K, ROWS>(w2, s2, b2, x, y2, N2, (warp - WARPS0 - WARPS1) * ROWS);
+  }
+}
+
+// xn = RMSNorm(x) with weight nw, computed by the whole thread block of BLOCK threads (every
+// thread must reach it), as MLX's `rms_norm` rounds: T(nw * T(x * rsqrt(mean(x^2) + eps))). Each
+// block norms the row for itself (a decode step's row is a few kilobytes, read from the L2
+// cache, where a separate norm would be one more operation for the host to build and submit),
+// so the row is read once, 16 bytes per load, all of a thread's loads issued before any is
+// used, and kept in registers between the sum and the scaling.
+template <int K, int BLOCK, typename T, typename W>
+__device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, float eps, T* xn) {
+  constexpr int PER = 16 / sizeof(T);
+  constexpr int CHUNKS = K / PER;
+  constexpr int MINE = (CHUNKS + BLOCK - 1) / BLOCK;
+  __shared__ float partial[BLOCK / 32];
+  const bool aligned = (reinterpret_cast<size_t>(x) & 15) == 0;
+  float v[MINE][PER];
+#pragma unroll
+  for (int m = 0; m < MINE; ++m) {
+    const int c = threadIdx.x + m * BLOCK;
+    if (c < CHUNKS) {
+      if (aligned) {
+        uint4 raw = __ldg(reinterpret_cast<const uint4*>(x) + c);
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+          v[m][i] = static_cast<float>(e[i]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+          v[m][i] = static_cast<float>(x[c * PER + i]);
+        }
+      }
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int m = 0; m < MINE; ++m) {
+    if (threadIdx.x + m * BLOCK < CHUNKS) {
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        ss = fmaf(v[m][i], v[m][i], ss);
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    partial[threadIdx.x >> 5] = ss;
+  }
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < BLOCK / 32; ++i) {
+    total += partial[i];
+  }
+  const float inv = rsqrtf(total / K + eps);
+#pragma unroll
+  for (int m = 0; m < MINE; ++m) {
+    const int c = threadIdx.x + m * BLOCK;
+    if (c < CHUNKS) {
+      uint4 packed;
+      T* out = reinterpret_cast<T*>(&packed);
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const T scaled = static_cast<T>(v[m][i] * inv);
+        out[i] = static_cast<T>(static_cast<float>(nw[c * PER + i]) * static_cast<float>(scaled));
+      }
+      reinterpret_cast<uint4*>(xn)[c] = packed;
+    }
+  }
+  __syncthreads();
 }

@@ -1,5 +1,6 @@
 //! Grouped-query softmax attention with rotary positions, optional per-head Q/K norms,
 //! sinks, a sliding window, and QSA block-sparse selection (Qwen4 experimental, [`Qsa`]).
+use gmlx_mlx::cuda_qmv::Rotation;
 use gmlx_mlx::{Array, Dtype};
 
 use crate::blocks::blocked_attention;
@@ -109,6 +110,43 @@ impl QkvProjection {
                 Ok(Some((q, k, v)))
             }
         }
+    }
+
+    /// [`QkvProjection::forward`] of `norm(x)`: three separate plain projections take the norm
+    /// into their fused CUDA launch ([`Linear::forward_three_normed`]).
+    pub fn forward_normed(&self, x: &Array, norm: &RmsNorm) -> Result<(Array, Array, Array)> {
+        match self {
+            QkvProjection::Separate {
+                attn_q,
+                attn_k,
+                attn_v,
+            } => {
+                let [q, k, v] = Linear::forward_three_normed(x, norm, [attn_q, attn_k, attn_v])?;
+                Ok((q, k, v))
+            }
+            QkvProjection::Fused { .. } => self.forward(&norm.forward(x)?),
+        }
+    }
+
+    /// [`QkvProjection::forward_normed`] with the queries and keys rotated by `rope` in the
+    /// same CUDA launch, or `None` (nothing done) where gmlx's kernel does not take it all.
+    pub fn forward_normed_rotated(
+        &self,
+        x: &Array,
+        norm: &RmsNorm,
+        rope: Rotation<'_>,
+    ) -> Result<Option<(Array, Array, Array)>> {
+        let QkvProjection::Separate {
+            attn_q,
+            attn_k,
+            attn_v,
+        } = self
+        else {
+            return Ok(None);
+        };
+        let layers = [attn_q, attn_k, attn_v];
+        let rotated = Linear::forward_three_normed_rotated(x, norm, rope, layers)?;
+        Ok(rotated.map(|[q, k, v]| (q, k, v)))
     }
 
     /// Queries `[.., q_rows]`, keys and values `[.., kv_rows]` of `x [.., hidden]`.
@@ -343,6 +381,79 @@ impl Attention {
     /// `x [batch, tokens, hidden]` of block `layer`. In a cached pass each row continues its
     /// own sequence (projections run batched; rotation, the cache and attention per row).
     pub fn forward(&self, x: &Array, layer: usize, ctx: &mut ForwardCtx<'_, '_>) -> Result<Array> {
+        let (q, k, v) = self.qkv.forward(x)?;
+        let out = self.attend(x, q, k, v, false, layer, ctx)?;
+        self.attn_output.forward(&out)
+    }
+
+    /// `x + self.forward(norm(x))` (a block's attention half): where gmlx's CUDA kernels take
+    /// them, the norm and the three projections in one launch, the output projection and the
+    /// add in another.
+    pub fn forward_residual(
+        &self,
+        x: &Array,
+        norm: &RmsNorm,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> Result<Array> {
+        if self.qsa.is_some() {
+            // the indexer reads the normed rows too
+            return Ok(x.add(&self.forward(&norm.forward(x)?, layer, ctx)?)?);
+        }
+        // one token of one sequence: the rotation can go into the projections' launch
+        let one_token = x.shape()[..2] == [1, 1] && ctx.is_cached() && self.rotates_plainly();
+        let position = one_token.then(|| ctx.first_position()).flatten();
+        let rotated = match position
+            .as_ref()
+            .and_then(|p| self.rope.fused(p, self.head_dim))
+        {
+            Some(rope) => self.qkv.forward_normed_rotated(x, norm, rope)?,
+            None => None,
+        };
+        let Some((q, k, v)) = rotated else {
+            return self.forward_residual_unrotated(x, norm, layer, ctx);
+        };
+        let out = self.attend(x, q, k, v, true, layer, ctx)?;
+        self.attn_output.forward_residual(&out, x)
+    }
+
+    /// [`Attention::forward_residual`] with the rotation on its own.
+    fn forward_residual_unrotated(
+        &self,
+        x: &Array,
+        norm: &RmsNorm,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> Result<Array> {
+        let (q, k, v) = self.qkv.forward_normed(x, norm)?;
+        let out = self.attend(x, q, k, v, false, layer, ctx)?;
+        self.attn_output.forward_residual(&out, x)
+    }
+
+    /// Whether queries and keys go from their projections straight to the rotation (no
+    /// per-head norms, output gate or QSA indexer between).
+    fn rotates_plainly(&self) -> bool {
+        self.attn_q_norm.is_none()
+            && self.attn_k_norm.is_none()
+            && !self.output_gate
+            && self.qsa.is_none()
+    }
+
+    /// Attention of the projected rows `q_rows`, `k_rows`, `v_rows` of `x`: `[batch, tokens,
+    /// heads * head_dim]`, before the output projection. `x` is the block's normed input where
+    /// a QSA indexer reads it; otherwise only its shape is read. `rotated`: the queries and
+    /// keys come rotated at their positions (a cached pass only).
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        x: &Array,
+        q_rows: Array,
+        k_rows: Array,
+        v_rows: Array,
+        rotated: bool,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> Result<Array> {
         let shape = x.shape();
         let (batch, tokens) = (shape[0], shape[1]);
         let d = self.head_dim;
@@ -360,9 +471,12 @@ impl Attention {
             }
             Ok(h.transpose_axes(&[0, 2, 1, 3])?)
         };
-        let (q_rows, k_rows, v_rows) = self.qkv.forward(x)?;
         let split = |h: Array, n: i32, width: i32| -> Result<Array> {
             if one_token {
+                // rotated in the projections' launch, the rows come in heads already
+                if h.shape() == [batch, n, 1, width] {
+                    return Ok(h);
+                }
                 return Ok(h.reshape(&[batch, n, 1, width])?);
             }
             Ok(h.reshape(&[batch, tokens, n, width])?)
@@ -415,6 +529,7 @@ impl Attention {
                     &of_row(&q)?,
                     &of_row(&k)?,
                     &of_row(&v)?,
+                    rotated,
                     position,
                     layer,
                     cache,
@@ -452,7 +567,7 @@ impl Attention {
         if let Some(gate) = gate {
             out = out.multiply(gmlx_mlx::ops::sigmoid(&gate)?)?;
         }
-        self.attn_output.forward(&out)
+        Ok(out)
     }
 
     /// [`Attention::forward`] on the host for a cached pass of one token per row: `x` holds
@@ -557,13 +672,19 @@ impl Attention {
         q: &Array,
         k: &Array,
         v: &Array,
+        rotated: bool,
         position: i32,
         layer: usize,
         cache: &mut LayerCache,
         visible: Option<Array>,
     ) -> Result<Array> {
-        let q = self.rope.forward(q, position)?;
-        let k = self.rope.forward(k, position)?;
+        let (q, k) = match rotated {
+            true => (q.clone(), k.clone()),
+            false => (
+                self.rope.forward(q, position)?,
+                self.rope.forward(k, position)?,
+            ),
+        };
         let Attended { keys, values, mask } = cache
             .attend(&k, v, position)
             .ok_or(Error::CacheMismatch { layer })??;

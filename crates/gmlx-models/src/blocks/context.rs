@@ -17,6 +17,9 @@ pub struct ForwardCtx<'a, 's> {
     /// row of a cached pass (one entry for the whole batch otherwise): the layers that share
     /// that indexer read it here.
     pub selection: Vec<Option<Array>>,
+    /// The first row's position as an int32 array, made once per pass when a block asks
+    /// ([`ForwardCtx::first_position`]).
+    first_position: Option<Array>,
 }
 
 impl<'a, 's> ForwardCtx<'a, 's> {
@@ -28,6 +31,7 @@ impl<'a, 's> ForwardCtx<'a, 's> {
             selection: vec![None; positions.len()],
             positions,
             caches: Some(caches),
+            first_position: None,
         }
     }
 
@@ -38,7 +42,19 @@ impl<'a, 's> ForwardCtx<'a, 's> {
             positions: vec![0; tokens.shape()[0] as usize],
             caches: None,
             selection: vec![None],
+            first_position: None,
         }
+    }
+
+    /// The first row's position, int32 `[1]` (what a fused CUDA kernel reads it from; one
+    /// array for every block of the pass); `None` without rows.
+    pub fn first_position(&mut self) -> Option<Array> {
+        let first = *self.positions.first()?;
+        Some(
+            self.first_position
+                .get_or_insert_with(|| Array::from_slice(&[first], &[1]))
+                .clone(),
+        )
     }
 
     pub fn is_cached(&self) -> bool {

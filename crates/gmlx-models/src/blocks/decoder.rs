@@ -200,10 +200,23 @@ impl DecoderLayer {
         if let Some(out) = self.forward_host(x, layer, ctx)? {
             return Ok(out);
         }
-        let mixed = self
-            .mixer
-            .forward(&normed(&self.attn_norm, x)?, layer, ctx)?;
-        self.feed_forward(&x.add(&mixed)?, layer, ctx)
+        // each half's norm and residual add go with its attention or dense MLP, which can take
+        // them into their CUDA launches
+        let h = match (&self.mixer, &self.attn_norm) {
+            (Mixer::Attention(attention), Some(norm)) => {
+                attention.forward_residual(x, norm, layer, ctx)?
+            }
+            _ => {
+                let mixed = self
+                    .mixer
+                    .forward(&normed(&self.attn_norm, x)?, layer, ctx)?;
+                x.add(&mixed)?
+            }
+        };
+        match (&self.ffn, &self.ffn_norm) {
+            (Ffn::Dense(mlp), Some(norm)) => mlp.forward_residual(&h, norm),
+            _ => self.feed_forward(&h, layer, ctx),
+        }
     }
 
     /// The block with its norms, residual adds and dense feed-forward on the host

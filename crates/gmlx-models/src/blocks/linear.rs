@@ -1,7 +1,9 @@
 //! A linear layer: a (usually quantized) base weight, an optional bias, and an optional LoRA
 //! adapter applied live: `y = x·Wᵀ + b + scale·(x·Aᵀ)·Bᵀ`, the base never merged or copied.
+use gmlx_mlx::cuda_qmv::Rotation;
 use gmlx_mlx::{Array, QuantWeight};
 
+use crate::blocks::norm::RmsNorm;
 use crate::error::Result;
 
 /// A low-rank adapter on one linear layer.
@@ -82,6 +84,54 @@ impl Linear {
                 layers[2].forward(x)?,
             ]),
         }
+    }
+
+    /// [`Linear::forward_three`] of `norm(x)`: the norm and the three base products in one
+    /// CUDA launch where gmlx's kernel takes them (plain layers only,
+    /// [`QuantWeight::norm_matmul_three`]).
+    pub fn forward_three_normed(
+        x: &Array,
+        norm: &RmsNorm,
+        layers: [&Linear; 3],
+    ) -> Result<[Array; 3]> {
+        if layers.iter().all(|l| l.is_plain()) {
+            let weights = layers.map(|l| &l.weight);
+            if let Some(out) = QuantWeight::norm_matmul_three(x, norm.fused(), None, weights)? {
+                return Ok(out);
+            }
+        }
+        Linear::forward_three(&norm.forward(x)?, layers)
+    }
+
+    /// [`Linear::forward_three_normed`] with the first two products rotated by `rope` in the
+    /// same CUDA launch, or `None` (nothing done) where gmlx's kernel does not take it all.
+    pub fn forward_three_normed_rotated(
+        x: &Array,
+        norm: &RmsNorm,
+        rope: Rotation<'_>,
+        layers: [&Linear; 3],
+    ) -> Result<Option<[Array; 3]>> {
+        if !layers.iter().all(|l| l.is_plain()) {
+            return Ok(None);
+        }
+        let weights = layers.map(|l| &l.weight);
+        Ok(QuantWeight::norm_matmul_three(
+            x,
+            norm.fused(),
+            Some(rope),
+            weights,
+        )?)
+    }
+
+    /// `residual + self.forward(x)`, in one CUDA launch where gmlx's kernel takes it (a plain
+    /// layer, [`QuantWeight::matmul_add`]).
+    pub fn forward_residual(&self, x: &Array, residual: &Array) -> Result<Array> {
+        if self.is_plain() {
+            if let Some(y) = self.weight.matmul_add(x, residual)? {
+                return Ok(y);
+            }
+        }
+        Ok(residual.add(&self.forward(x)?)?)
     }
 
     /// Whether the layer is its base weight alone (no bias, no adapter).

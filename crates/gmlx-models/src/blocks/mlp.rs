@@ -1,6 +1,7 @@
 use gmlx_mlx::{ops, Array, QuantWeight};
 
 use crate::blocks::linear::Linear;
+use crate::blocks::norm::RmsNorm;
 use crate::blocks::visit::{LinearVisitorMut, WeightVisitor};
 
 use crate::error::Result;
@@ -60,15 +61,45 @@ pub struct SwiGlu {
 
 impl SwiGlu {
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        if self.glu == Glu::Silu && self.ffn_gate.is_plain() && self.ffn_up.is_plain() {
-            // one CUDA launch for both products and the SwiGLU, where gmlx's kernel takes them
+        self.ffn_down.forward(&self.activation(x)?)
+    }
+
+    /// `h + self.forward(norm(h))` (a block's feed-forward half): where gmlx's CUDA kernels take
+    /// them, the norm, both products and the SwiGLU in one launch, the down product and the
+    /// add in another.
+    pub fn forward_residual(&self, h: &Array, norm: &RmsNorm) -> Result<Array> {
+        let fused = match self.plain_silu() {
+            true => QuantWeight::norm_silu_glu(
+                h,
+                norm.fused(),
+                &self.ffn_gate.weight,
+                &self.ffn_up.weight,
+            )?,
+            false => None,
+        };
+        let activation = match fused {
+            Some(a) => a,
+            None => self.activation(&norm.forward(h)?)?,
+        };
+        self.ffn_down.forward_residual(&activation, h)
+    }
+
+    /// `glu(gate(x), up(x))`: one CUDA launch for both products and the SwiGLU, where gmlx's
+    /// kernel takes them.
+    fn activation(&self, x: &Array) -> Result<Array> {
+        if self.plain_silu() {
             if let Some(h) = QuantWeight::silu_glu(x, &self.ffn_gate.weight, &self.ffn_up.weight)? {
-                return self.ffn_down.forward(&h);
+                return Ok(h);
             }
         }
         let gate = self.ffn_gate.forward(x)?;
         let up = self.ffn_up.forward(x)?;
-        self.ffn_down.forward(&self.glu.apply(&gate, &up)?)
+        self.glu.apply(&gate, &up)
+    }
+
+    /// A SwiGLU of layers without bias or adapter (what the fused kernels compute).
+    fn plain_silu(&self) -> bool {
+        self.glu == Glu::Silu && self.ffn_gate.is_plain() && self.ffn_up.is_plain()
     }
 }
 

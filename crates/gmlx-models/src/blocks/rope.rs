@@ -14,6 +14,8 @@ pub struct Rope {
     periods: Option<Array>,
     /// Each rotating pair's angle per position, for [`Rope::rotate_host`].
     inv_freqs: Vec<f32>,
+    /// The same, float32 `[dims / 2]`, for a fused CUDA kernel ([`Rope::fused`]).
+    inv_freq_array: Array,
     /// YaRN's magnitude correction of the rotated values (1 otherwise).
     mscale: f32,
 }
@@ -39,7 +41,7 @@ impl Rope {
         });
         // as MLX computes them (its rope's reference form): 1 / period, or
         // exp(-i * ln(base) / half)
-        let inv_freqs = match &period_values {
+        let inv_freqs: Vec<f32> = match &period_values {
             Some(p) => p.iter().map(|v| 1.0 / v).collect(),
             None => {
                 let step = config.base.ln() / half as f32;
@@ -47,6 +49,7 @@ impl Rope {
             }
         };
         let periods = period_values.map(|v| Array::from_slice(&v, &[half as i32]));
+        let inv_freq_array = Array::from_slice(&inv_freqs, &[half as i32]);
         let mscale = config
             .yarn
             .map_or(1.0, |y| y.attn_factor * (1.0 + 0.1 * y.factor.ln()));
@@ -57,8 +60,26 @@ impl Rope {
             position_scale: config.position_scale,
             periods,
             inv_freqs,
+            inv_freq_array,
             mscale,
         }
+    }
+
+    /// The rotation of heads of `head_dim` rows at `position` (int32, one value) as a fused
+    /// CUDA kernel applies it ([`gmlx_mlx::cuda_qmv::Rotation`]): MLX's traditional rotation
+    /// without YaRN's magnitude correction; `None` for any other.
+    pub fn fused<'a>(
+        &'a self,
+        position: &'a Array,
+        head_dim: i32,
+    ) -> Option<gmlx_mlx::cuda_qmv::Rotation<'a>> {
+        (self.traditional && self.mscale == 1.0).then_some(gmlx_mlx::cuda_qmv::Rotation {
+            inv_freqs: &self.inv_freq_array,
+            position,
+            head_dim,
+            dims: self.dims,
+            position_scale: self.position_scale,
+        })
     }
 
     /// Each rotating pair's cosine and sine at `position`, for [`Rope::rotate_host`].

@@ -1,0 +1,8 @@
+// y0, y1, y2 = W0 n, W1 n, W2 n for n = RMSNorm(x) with weight nw, in one launch (a block's
+// attention norm and its query, key and value projections; see qmv4.cuh). MLX generates the
+// signature (nw, w0, s0, b0, w1, s1, b1, w2, s2, b2, x, y0, y1, y2) and the constants T, S, W
+// (the norm weight's type), K, N0, N1, N2, ROWS, EPS (the norm's epsilon, its float's bits) and
+// BLOCK (threads per block).
+__shared__ __align__(16) T xn[K];
+gmlx_rms_norm_block<K, BLOCK>(x, nw, __int_as_float(EPS), xn);
+gmlx_qmv4_three<K, N0, N1, N2, ROWS>(w0, s0, b0, w1, s1, b1, w2, s2, b2, xn, y0, y1, y2);
