@@ -8,16 +8,21 @@
 //! read a row at any offset (MLX 0.32.2's `qmv` faults on a bfloat16 row that starts 2 bytes off
 //! a 4-byte boundary).
 //!
-//! Three kernels: [`matmul`] (one matrix), [`matmul_three`] (three matrices of one input, as a
-//! block's query, key and value projections, in one launch) and [`silu_glu`] (`silu(G x) * (U
-//! x)`, a gated MLP's gate, up and SwiGLU in one launch). A decode step is a few hundred small
-//! operations, each with its launch and MLX's work on the host to build and submit it; the two
-//! fused kernels take six of a dense block's operations out (three products into one; two
-//! products, a sigmoid and two multiplications into one).
+//! Seven kernels: [`matmul`] (one matrix), [`matmul_three`] (three matrices of one input, as a
+//! block's query, key and value projections, in one launch), [`silu_glu`] (`silu(G x) * (U
+//! x)`, a gated MLP's gate, up and SwiGLU in one launch), and forms that take a block's other
+//! small operations into those launches: [`norm_matmul_three`] and [`norm_silu_glu`] apply the
+//! RMSNorm before the products (each thread block norms the row for itself),
+//! [`norm_rope_matmul_three`] also rotates the queries and keys and writes all three in the
+//! heads' layout, [`matmul_add`] adds the residual after the product. A decode step is a few
+//! hundred small operations, each with its launch and MLX's work on the host to build and
+//! submit it: with all of them a dense block's attention half is one launch before attention
+//! and one after, its feed-forward half two.
 //!
 //! [`applies`] says when [`QuantWeight::matmul`](crate::QuantWeight::matmul) takes them: MLX's
 //! CUDA backend on the GPU, one row, not training (the products have no VJP), unless
-//! `GMLX_CUDA_QMV=0`; `GMLX_CUDA_QMV_FUSE=0` keeps [`matmul`] and turns the two fused ones off.
+//! `GMLX_CUDA_QMV=0`; `GMLX_CUDA_QMV_FUSE=0` keeps [`matmul`] and turns the fused ones off,
+//! `GMLX_CUDA_QMV_FUSE_NORM_ADD=0` only those with a norm, rotation or residual.
 use std::ffi::{CStr, CString};
 use std::sync::OnceLock;
 

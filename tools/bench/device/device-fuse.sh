@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # device call (carry .mlxcu2 .dev2, after device-1.sh with GEN="Q4_0 Q4_K smol"): the CUDA 4-bit
-# kernels' test (one matrix, three in one launch, the fused SwiGLU; TEST=0 skips it), then `gmlx run --bench` on
+# kernels' test (TEST=0 skips it), then `gmlx run --bench` on
 # the Llama-3-8B-shaped Q4_0 file and the SmolLM2-135M-shaped one with the fused kernels off and
 # on (GMLX_CUDA_QMV_FUSE), alternating ROUNDS times (2), then, where the machine has nsys, a
 # profile of a short decode on each file: kernels, CUDA API calls and MLX's NVTX ranges (its
