@@ -218,18 +218,15 @@ pub fn rotation_fits(x: &Array, rope: Rotation<'_>, p: &[Packed<'_>; 3]) -> bool
 const NORMED_ROW_BYTES: usize = 32 * 1024;
 
 /// Whether the normed kernels ([`norm_matmul_three`], [`norm_silu_glu`]) take row `x` with
-/// `norm`: a weight of `x`'s width in a float type, and a row that fits a block's shared
-/// memory.
+/// `norm`: a weight of `x`'s width and dtype (a wider weight would make MLX's `rms_norm`
+/// promote its result), and a row that fits a block's shared memory.
 pub fn norm_fits(x: &Array, norm: Norm<'_>) -> bool {
     if !norm_add_enabled() {
         return false;
     }
     let k = x.shape().last().copied().unwrap_or(0);
     norm.weight.shape() == [k]
-        && matches!(
-            norm.weight.dtype(),
-            Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32
-        )
+        && norm.weight.dtype() == x.dtype()
         && k as usize * x.item_size() <= NORMED_ROW_BYTES
         && norm.eps.is_finite()
 }
@@ -575,14 +572,21 @@ fn new_kernel(which: Kernel) -> Result<mlx_sys::mlx_fast_cuda_kernel> {
 }
 
 /// An `#include` of `header`, written to `<gmlx cache>/cuda-kernels/qmv4_<hash>.cuh` (kept
-/// there, rewritten when missing); `None` where it cannot be written or named. MLX hashes a
-/// custom kernel's whole text at every launch to find its compiled module and copies it into
-/// a new string at every call: with the header's seven kilobytes inline that is several
+/// there) once per process; `None` where it cannot be written or named. MLX hashes a custom
+/// kernel's whole text at every launch to find its compiled module and copies it into a new
+/// string at every call: with the header's seven kilobytes inline that is several
 /// microseconds of host time per launch, a few hundred launches per decode step. NVRTC reads
-/// an included file by its absolute path when it compiles the kernel.
+/// an included file by its absolute path when it compiles a kernel (at its first launch with
+/// new template values): a file removed while the process runs fails those compilations.
 fn header_include(header: &str) -> Option<String> {
+    static INCLUDE: OnceLock<Option<String>> = OnceLock::new();
+    INCLUDE.get_or_init(|| write_header(header)).clone()
+}
+
+fn write_header(header: &str) -> Option<String> {
     let dir = gmlx_cache::dir().join("cuda-kernels");
-    let path = dir.join(format!("qmv4_{:08x}.cuh", fnv1a(&[header])));
+    let hash = fnv1a(&[header]);
+    let path = dir.join(format!("qmv4_{hash:08x}.cuh"));
     let text = path.to_str()?;
     if !path.is_absolute() || text.contains(['"', '\n', '\\']) {
         return None;
@@ -591,13 +595,13 @@ fn header_include(header: &str) -> Option<String> {
     if !current {
         std::fs::create_dir_all(&dir).ok()?;
         // another process may write the same file: each writes its own and renames
-        let partial = dir.join(format!(
-            "qmv4_{:08x}.{}.partial",
-            fnv1a(&[header]),
-            std::process::id()
-        ));
-        std::fs::write(&partial, header).ok()?;
-        std::fs::rename(&partial, &path).ok()?;
+        let partial = dir.join(format!("qmv4_{hash:08x}.{}.partial", std::process::id()));
+        let written =
+            std::fs::write(&partial, header).and_then(|()| std::fs::rename(&partial, &path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&partial);
+            return None;
+        }
     }
     Some(format!("#include \"{text}\"\n"))
 }

@@ -209,10 +209,10 @@ fn norm_weight(k: i32, dtype: Dtype, rng: &mut Lcg) -> Array {
 
 /// The three products of `norm(x)` in one launch against the reference dequantization of
 /// MLX's own `rms_norm` of the row (what the unfused route multiplies).
-fn check_norm_three(ns: [i32; 3], k: i32, dtype: Dtype, norm_dtype: Dtype, rng: &mut Lcg) {
+fn check_norm_three(ns: [i32; 3], k: i32, dtype: Dtype, rng: &mut Lcg) {
     let ms = ns.map(|n| Matrix::random(n, k, dtype, rng));
     let x = row(k, dtype, 1, rng);
-    let weight = norm_weight(k, norm_dtype, rng);
+    let weight = norm_weight(k, dtype, rng);
     let norm = cuda_qmv::Norm {
         weight: &weight,
         eps: 1e-5,
@@ -221,6 +221,13 @@ fn check_norm_three(ns: [i32; 3], k: i32, dtype: Dtype, norm_dtype: Dtype, rng: 
         cuda_qmv::norm_fits(&x, norm),
         "{k} {dtype:?}: norm not taken"
     );
+    // a weight wider than the row would make MLX's rms_norm promote: declined
+    let wider = norm_weight(k, Dtype::Float32, rng);
+    let wider = cuda_qmv::Norm {
+        weight: &wider,
+        eps: 1e-5,
+    };
+    assert_eq!(cuda_qmv::norm_fits(&x, wider), dtype == Dtype::Float32);
     let ys =
         cuda_qmv::norm_matmul_three(&x, norm, [ms[0].packed(), ms[1].packed(), ms[2].packed()])
             .expect("kernel");
@@ -228,7 +235,7 @@ fn check_norm_three(ns: [i32; 3], k: i32, dtype: Dtype, norm_dtype: Dtype, rng: 
     for (i, (m, y)) in ms.iter().zip(&ys).enumerate() {
         assert_eq!(y.shape(), &[1, m.n], "output {i}'s shape");
         let err = worst(&host(y), &m.reference(&normed));
-        eprintln!("norm three {ns:?} x {k}, {dtype:?} (norm {norm_dtype:?}): output {i} {err:.2e}");
+        eprintln!("norm three {ns:?} x {k}, {dtype:?}: output {i} {err:.2e}");
         assert!(
             err <= tolerance(dtype),
             "norm three {ns:?} x {k} {dtype:?}: output {i} {err:.2e}"
@@ -254,7 +261,7 @@ fn check_norm_rope_three(
     ];
     let ms = ns.map(|n| Matrix::random(n, k, dtype, rng));
     let x = row(k, dtype, 0, rng);
-    let weight = norm_weight(k, Dtype::Float32, rng);
+    let weight = norm_weight(k, dtype, rng);
     let norm = cuda_qmv::Norm {
         weight: &weight,
         eps: 1e-5,
@@ -312,7 +319,7 @@ fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
         Matrix::random(n, k, dtype, rng),
     );
     let x = row(k, dtype, 0, rng);
-    let weight = norm_weight(k, Dtype::Float32, rng);
+    let weight = norm_weight(k, dtype, rng);
     let norm = cuda_qmv::Norm {
         weight: &weight,
         eps: 1e-6,
@@ -386,8 +393,8 @@ fn the_cuda_4bit_product_matches_the_reference_dequantization() {
         check_silu(64, 14336, dtype, &mut rng);
         check_add(301, 4096, dtype, &mut rng);
         check_add(4096, 14336, dtype, &mut rng);
-        check_norm_three([512, 129, 131], 4096, dtype, Dtype::Float32, &mut rng);
-        check_norm_three([96, 32, 32], 576, dtype, dtype, &mut rng);
+        check_norm_three([512, 129, 131], 4096, dtype, &mut rng);
+        check_norm_three([96, 32, 32], 576, dtype, &mut rng);
         check_norm_silu(301, 4096, dtype, &mut rng);
         check_norm_rope_three([32, 8], 128, 128, 4096, dtype, &mut rng);
         check_norm_rope_three([9, 3], 64, 32, 576, dtype, &mut rng);

@@ -542,8 +542,10 @@ impl Attention {
                 gmlx_mlx::ops::concatenate(&outs, 0)?
             }
         } else {
-            let q = self.rope.forward(&q, 0)?;
-            let k = self.rope.forward(&k, 0)?;
+            let (q, k) = match rotated {
+                true => (q, k),
+                false => (self.rope.forward(&q, 0)?, self.rope.forward(&k, 0)?),
+            };
             let mask = match &self.qsa {
                 Some(qsa) => {
                     let (iq, ik) = qsa.project(x, 0)?;

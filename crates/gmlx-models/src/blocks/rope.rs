@@ -14,7 +14,8 @@ pub struct Rope {
     periods: Option<Array>,
     /// Each rotating pair's angle per position, for [`Rope::rotate_host`].
     inv_freqs: Vec<f32>,
-    /// The same, float32 `[dims / 2]`, for a fused CUDA kernel ([`Rope::fused`]).
+    /// The same as MLX's CUDA rope computes them, float32 `[dims / 2]`, for a fused CUDA kernel
+    /// ([`Rope::fused`]): its decode steps rotate keys as the prompt's pass (MLX's rope) did.
     inv_freq_array: Array,
     /// YaRN's magnitude correction of the rotated values (1 otherwise).
     mscale: f32,
@@ -48,8 +49,20 @@ impl Rope {
                 (0..half).map(|i| (-(i as f32) * step).exp()).collect()
             }
         };
-        let periods = period_values.map(|v| Array::from_slice(&v, &[half as i32]));
-        let inv_freq_array = Array::from_slice(&inv_freqs, &[half as i32]);
+        let periods = period_values
+            .as_ref()
+            .map(|v| Array::from_slice(v, &[half as i32]));
+        // as MLX's CUDA rope computes them where it has no periods: exp2(-(i / half) * log2(base))
+        let device_inv_freqs: Vec<f32> = match &period_values {
+            Some(_) => inv_freqs.clone(),
+            None => {
+                let log2_base = config.base.log2();
+                (0..half)
+                    .map(|i| (-(i as f32 / half as f32) * log2_base).exp2())
+                    .collect()
+            }
+        };
+        let inv_freq_array = Array::from_slice(&device_inv_freqs, &[half as i32]);
         let mscale = config
             .yarn
             .map_or(1.0, |y| y.attn_factor * (1.0 + 0.1 * y.factor.ln()));
@@ -247,5 +260,60 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A fused CUDA kernel gets MLX's traditional rotation only, without YaRN's magnitude
+    /// correction, and the frequencies the host rotation uses (within float32 rounding).
+    #[test]
+    fn fused_rotation_is_offered_for_traditional_pairs_only() {
+        let traditional = RopeConfig {
+            dims: 16,
+            base: 500000.0,
+            traditional: true,
+            position_scale: 1.0,
+            freq_factors: None,
+            yarn: None,
+            sections: None,
+        };
+        let position = Array::from_slice(&[5i32], &[1]);
+        for config in [
+            traditional.clone(),
+            RopeConfig {
+                freq_factors: Some((0..8).map(|i| 1.0 + i as f32).collect()),
+                ..traditional.clone()
+            },
+        ] {
+            let rope = Rope::new(&config);
+            let fused = rope.fused(&position, 16).expect("traditional: offered");
+            assert_eq!((fused.dims, fused.head_dim), (16, 16));
+            fused.inv_freqs.eval().expect("eval");
+            for (device, host) in fused
+                .inv_freqs
+                .as_slice::<f32>()
+                .iter()
+                .zip(&rope.inv_freqs)
+            {
+                assert!(
+                    (device - host).abs() <= 4.0 * f32::EPSILON * host,
+                    "{device} vs {host}"
+                );
+            }
+        }
+        let halves = RopeConfig {
+            traditional: false,
+            ..traditional.clone()
+        };
+        assert!(Rope::new(&halves).fused(&position, 16).is_none());
+        let yarn = RopeConfig {
+            yarn: Some(Yarn {
+                factor: 4.0,
+                original_context: 4096,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                attn_factor: 1.0,
+            }),
+            ..traditional
+        };
+        assert!(Rope::new(&yarn).fused(&position, 16).is_none());
     }
 }
