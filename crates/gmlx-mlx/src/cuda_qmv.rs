@@ -289,14 +289,14 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
 /// `residual [..., N]` of `x`'s dtype, in one launch: the product rounded to the dtype, then
 /// added as MLX adds. The caller checks [`applies`].
 pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
-    let n = p.w.shape()[0];
-    let k = p.w.shape()[1] * 8;
-    let shape = out_shape(x, n);
-    if residual.shape() != shape.as_slice() || residual.dtype() != x.dtype() {
+    if !residual_fits(x, &p, residual) {
         return Err(kernel_error(
             "a residual of another shape or dtype than the product",
         ));
     }
+    let n = p.w.shape()[0];
+    let k = p.w.shape()[1] * 8;
+    let shape = out_shape(x, n);
     let rows = rows_per_warp();
     let mut inputs = operands(&p)?.to_vec();
     inputs.push(x.clone());
@@ -310,6 +310,12 @@ pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
         grid(Kernel::Add, (n + rows - 1) / rows),
     )?;
     one(outputs)
+}
+
+/// Whether [`matmul_add`] adds `residual` to the product of `x` and `p`: the product's shape
+/// and `x`'s dtype.
+pub fn residual_fits(x: &Array, p: &Packed<'_>, residual: &Array) -> bool {
+    residual.shape() == out_shape(x, p.w.shape()[0]).as_slice() && residual.dtype() == x.dtype()
 }
 
 /// `[x @ W0^T, x @ W1^T, x @ W2^T]` for one row `x [..., K]` in one launch. The caller checks
@@ -378,12 +384,7 @@ fn three(
         (c"N2", ns[2]),
         (c"ROWS", rows),
     ];
-    if let Some(n) = norm {
-        ints.extend([
-            (c"EPS", n.eps.to_bits() as i32),
-            (c"BLOCK", 32 * which.warps_per_block()),
-        ]);
-    }
+    ints.extend(norm.into_iter().flat_map(|n| norm_constants(which, n)));
     if let Some(r) = rope {
         ints.extend([
             (c"D", r.head_dim),
@@ -432,12 +433,7 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
         Kernel::Silu
     };
     let mut ints = vec![(c"K", k), (c"N", n), (c"ROWS", rows)];
-    if let Some(n) = norm {
-        ints.extend([
-            (c"EPS", n.eps.to_bits() as i32),
-            (c"BLOCK", 32 * which.warps_per_block()),
-        ]);
-    }
+    ints.extend(norm.into_iter().flat_map(|n| norm_constants(which, n)));
     let outputs = launch(
         which,
         &inputs,
@@ -447,6 +443,15 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
         grid(which, (n + rows - 1) / rows),
     )?;
     one(outputs)
+}
+
+/// A normed kernel's constants: `EPS` (the epsilon's float bits) and `BLOCK` (threads per
+/// block, over which the kernel norms its row).
+fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 2] {
+    [
+        (c"EPS", norm.eps.to_bits() as i32),
+        (c"BLOCK", 32 * which.warps_per_block()),
+    ]
 }
 
 /// The kernels' template types: `T` (the row's and outputs' dtype), `S` (the matrices'

@@ -382,6 +382,26 @@ fn exactly_half(values: &[f32]) -> bool {
         .all(|&v| half::f16::from_f32(v).to_f32().to_bits() == v.to_bits())
 }
 
+/// The packed views of `weights` where a fused CUDA kernel takes every one's product with
+/// `x` now ([`QuantWeight::fused_cuda_view`]) and their scales share one dtype; `None`
+/// otherwise.
+fn fused_views<'w, const N: usize>(
+    x: &Array,
+    weights: [&'w QuantWeight; N],
+) -> Result<Option<[Packed<'w>; N]>> {
+    let mut views = Vec::with_capacity(N);
+    for w in weights {
+        match w.fused_cuda_view(x)? {
+            Some(p) => views.push(p),
+            None => return Ok(None),
+        }
+    }
+    if crate::cuda_qmv::shared_side_dtype(&views).is_none() {
+        return Ok(None);
+    }
+    Ok(<[Packed<'w>; N]>::try_from(views).ok())
+}
+
 /// Borrowed access to either form.
 enum View<'a> {
     Packed(Packed<'a>),
@@ -856,17 +876,10 @@ impl QuantWeight {
     /// `None` (nothing done) where that kernel does not take all three: the caller then
     /// multiplies each with [`QuantWeight::matmul`], which gives the same values.
     pub fn matmul_three(x: &Array, weights: [&QuantWeight; 3]) -> Result<Option<[Array; 3]>> {
-        let (Some(a), Some(b), Some(c)) = (
-            weights[0].fused_cuda_view(x)?,
-            weights[1].fused_cuda_view(x)?,
-            weights[2].fused_cuda_view(x)?,
-        ) else {
+        let Some(p) = fused_views(x, weights)? else {
             return Ok(None);
         };
-        if crate::cuda_qmv::shared_side_dtype(&[a, b, c]).is_none() {
-            return Ok(None);
-        }
-        Ok(Some(crate::cuda_qmv::matmul_three(x, [a, b, c])?))
+        Ok(Some(crate::cuda_qmv::matmul_three(x, p)?))
     }
 
     /// `silu(x @ G^T) * (x @ U^T)` in one CUDA launch ([`crate::cuda_qmv::silu_glu`]), or
@@ -875,12 +888,9 @@ impl QuantWeight {
         if gate.rows != up.rows {
             return Ok(None);
         }
-        let (Some(g), Some(u)) = (gate.fused_cuda_view(x)?, up.fused_cuda_view(x)?) else {
+        let Some([g, u]) = fused_views(x, [gate, up])? else {
             return Ok(None);
         };
-        if crate::cuda_qmv::shared_side_dtype(&[g, u]).is_none() {
-            return Ok(None);
-        }
         Ok(Some(crate::cuda_qmv::silu_glu(x, g, u)?))
     }
 
@@ -898,22 +908,15 @@ impl QuantWeight {
         if !crate::cuda_qmv::norm_fits(x, norm) {
             return Ok(None);
         }
-        let (Some(a), Some(b), Some(c)) = (
-            weights[0].fused_cuda_view(x)?,
-            weights[1].fused_cuda_view(x)?,
-            weights[2].fused_cuda_view(x)?,
-        ) else {
+        let Some(p) = fused_views(x, weights)? else {
             return Ok(None);
         };
-        if crate::cuda_qmv::shared_side_dtype(&[a, b, c]).is_none() {
-            return Ok(None);
-        }
         Ok(Some(match rope {
-            Some(r) if crate::cuda_qmv::rotation_fits(x, r, &[a, b, c]) => {
-                crate::cuda_qmv::norm_rope_matmul_three(x, norm, r, [a, b, c])?
+            Some(r) if crate::cuda_qmv::rotation_fits(x, r, &p) => {
+                crate::cuda_qmv::norm_rope_matmul_three(x, norm, r, p)?
             }
             Some(_) => return Ok(None),
-            None => crate::cuda_qmv::norm_matmul_three(x, norm, [a, b, c])?,
+            None => crate::cuda_qmv::norm_matmul_three(x, norm, p)?,
         }))
     }
 
@@ -928,12 +931,9 @@ impl QuantWeight {
         if gate.rows != up.rows || !crate::cuda_qmv::norm_fits(x, norm) {
             return Ok(None);
         }
-        let (Some(g), Some(u)) = (gate.fused_cuda_view(x)?, up.fused_cuda_view(x)?) else {
+        let Some([g, u]) = fused_views(x, [gate, up])? else {
             return Ok(None);
         };
-        if crate::cuda_qmv::shared_side_dtype(&[g, u]).is_none() {
-            return Ok(None);
-        }
         Ok(Some(crate::cuda_qmv::norm_silu_glu(x, norm, g, u)?))
     }
 
@@ -947,11 +947,7 @@ impl QuantWeight {
         let Some(p) = self.fused_cuda_view(x)? else {
             return Ok(None);
         };
-        let mut shape = x.shape().to_vec();
-        if let Some(last) = shape.last_mut() {
-            *last = self.rows;
-        }
-        if residual.shape() != shape.as_slice() || residual.dtype() != x.dtype() {
+        if !crate::cuda_qmv::residual_fits(x, &p, residual) {
             return Ok(None);
         }
         Ok(Some(crate::cuda_qmv::matmul_add(x, p, residual)?))
