@@ -23,14 +23,15 @@
 //! CUDA backend on the GPU, one row, not training (the products have no VJP), unless
 //! `GMLX_CUDA_QMV=0`; `GMLX_CUDA_QMV_FUSE=0` keeps [`matmul`] and turns the fused ones off,
 //! `GMLX_CUDA_QMV_FUSE_NORM_ADD=0` only those with a norm, rotation or residual.
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::sync::OnceLock;
 
-use mlx_rs::{Array, Dtype, Stream};
+use mlx_rs::{Array, Dtype};
 
+use crate::cuda_kernel::{self, Spec};
 use crate::error::{Error, Result};
 use crate::qmm::{Mode, Packed};
-use crate::runtime::{check, Backend};
+use crate::runtime::Backend;
 
 /// The environment variable that turns the kernels off (`0`).
 pub const SWITCH_VAR: &str = "GMLX_CUDA_QMV";
@@ -96,7 +97,7 @@ pub fn applies(x: &Array, p: &Packed<'_>, rows: usize) -> bool {
         && enabled()
 }
 
-/// The kernels, each an MLX custom kernel made once per thread.
+/// The kernels, in the order of [`Kernel::spec`].
 #[derive(Clone, Copy)]
 enum Kernel {
     One,
@@ -109,57 +110,66 @@ enum Kernel {
 }
 
 impl Kernel {
-    const ALL: usize = 7;
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Kernel::One => "gmlx_qmv4",
-            Kernel::Three => "gmlx_qmv4_three",
-            Kernel::Silu => "gmlx_qmv4_silu",
-            Kernel::Add => "gmlx_qmv4_add",
-            Kernel::NormThree => "gmlx_qmv4_norm_three",
-            Kernel::NormSilu => "gmlx_qmv4_norm_silu",
-            Kernel::NormRopeThree => "gmlx_qmv4_norm_rope_three",
-        }
-    }
-
-    fn source(self) -> &'static str {
-        match self {
-            Kernel::One => include_str!("kernels/qmv4.cu"),
-            Kernel::Three => include_str!("kernels/qmv4_three.cu"),
-            Kernel::Silu => include_str!("kernels/qmv4_silu.cu"),
-            Kernel::Add => include_str!("kernels/qmv4_add.cu"),
-            Kernel::NormThree => include_str!("kernels/qmv4_norm_three.cu"),
-            Kernel::NormSilu => include_str!("kernels/qmv4_norm_silu.cu"),
-            Kernel::NormRopeThree => include_str!("kernels/qmv4_norm_rope_three.cu"),
-        }
-    }
-
-    fn inputs(self) -> &'static [&'static str] {
-        match self {
-            Kernel::One => &["w", "scales", "biases", "x"],
-            Kernel::Three => &["w0", "s0", "b0", "w1", "s1", "b1", "w2", "s2", "b2", "x"],
-            Kernel::Silu => &["wg", "sg", "bg", "wu", "su", "bu", "x"],
-            Kernel::Add => &["w", "scales", "biases", "x", "r"],
-            Kernel::NormThree => &[
-                "nw", "w0", "s0", "b0", "w1", "s1", "b1", "w2", "s2", "b2", "x",
-            ],
-            Kernel::NormSilu => &["nw", "wg", "sg", "bg", "wu", "su", "bu", "x"],
-            Kernel::NormRopeThree => &[
-                "nw", "w0", "s0", "b0", "w1", "s1", "b1", "w2", "s2", "b2", "x", "inv_freq", "pos",
-            ],
-        }
-    }
-
-    fn outputs(self) -> &'static [&'static str] {
-        match self {
-            Kernel::Three | Kernel::NormThree | Kernel::NormRopeThree => &["y0", "y1", "y2"],
-            _ => &["y"],
-        }
+    fn spec(self) -> &'static Spec {
+        const THREE: &[&str] = &["y0", "y1", "y2"];
+        const ONE: &[&str] = &["y"];
+        static SPECS: [Spec; 7] = [
+            Spec {
+                name: "gmlx_qmv4",
+                source: include_str!("kernels/qmv4.cu"),
+                header: HEADER,
+                inputs: &["w", "scales", "biases", "x"],
+                outputs: ONE,
+            },
+            Spec {
+                name: "gmlx_qmv4_three",
+                source: include_str!("kernels/qmv4_three.cu"),
+                header: HEADER,
+                inputs: &["w0", "s0", "b0", "w1", "s1", "b1", "w2", "s2", "b2", "x"],
+                outputs: THREE,
+            },
+            Spec {
+                name: "gmlx_qmv4_silu",
+                source: include_str!("kernels/qmv4_silu.cu"),
+                header: HEADER,
+                inputs: &["wg", "sg", "bg", "wu", "su", "bu", "x"],
+                outputs: ONE,
+            },
+            Spec {
+                name: "gmlx_qmv4_add",
+                source: include_str!("kernels/qmv4_add.cu"),
+                header: HEADER,
+                inputs: &["w", "scales", "biases", "x", "r"],
+                outputs: ONE,
+            },
+            Spec {
+                name: "gmlx_qmv4_norm_three",
+                source: include_str!("kernels/qmv4_norm_three.cu"),
+                header: HEADER,
+                inputs: &[
+                    "nw", "w0", "s0", "b0", "w1", "s1", "b1", "w2", "s2", "b2", "x",
+                ],
+                outputs: THREE,
+            },
+            Spec {
+                name: "gmlx_qmv4_norm_silu",
+                source: include_str!("kernels/qmv4_norm_silu.cu"),
+                header: HEADER,
+                inputs: &["nw", "wg", "sg", "bg", "wu", "su", "bu", "x"],
+                outputs: ONE,
+            },
+            Spec {
+                name: "gmlx_qmv4_norm_rope_three",
+                source: include_str!("kernels/qmv4_norm_rope_three.cu"),
+                header: HEADER,
+                inputs: &[
+                    "nw", "w0", "s0", "b0", "w1", "s1", "b1", "w2", "s2", "b2", "x", "inv_freq",
+                    "pos",
+                ],
+                outputs: THREE,
+            },
+        ];
+        &SPECS[self as usize]
     }
 
     /// Warps per thread block: the normed kernels norm the row once per block, so theirs
@@ -483,157 +493,7 @@ fn one(outputs: Vec<Array>) -> Result<Array> {
 }
 
 fn kernel_error(reason: &str) -> Error {
-    Error::CudaKernel {
-        kernel: "gmlx_qmv4",
-        reason: reason.to_owned(),
-    }
-}
-
-/// `f` on kernel `which`, made once per thread (its handle is not shared between threads).
-fn with_kernel<R>(
-    which: Kernel,
-    f: impl FnOnce(mlx_sys::mlx_fast_cuda_kernel) -> Result<R>,
-) -> Result<R> {
-    struct Made(mlx_sys::mlx_fast_cuda_kernel);
-    impl Drop for Made {
-        fn drop(&mut self) {
-            // SAFETY: made by mlx_fast_cuda_kernel_new, freed once.
-            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(self.0) };
-        }
-    }
-    thread_local! {
-        static KERNELS: [OnceLock<Made>; Kernel::ALL] =
-            const { [const { OnceLock::new() }; Kernel::ALL] };
-    }
-    KERNELS.with(|cells| {
-        let cell = &cells[which.index()];
-        if cell.get().is_none() {
-            let made = new_kernel(which)?;
-            let _ = cell.set(Made(made));
-        }
-        match cell.get() {
-            Some(k) => f(k.0),
-            None => unreachable!("set above"),
-        }
-    })
-}
-
-fn cstring(s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| kernel_error("a name with a NUL byte"))
-}
-
-/// An mlx-c string vector, freed when dropped.
-struct Names(mlx_sys::mlx_vector_string);
-
-impl Names {
-    fn new(list: &[&str]) -> Result<Names> {
-        // SAFETY: a new vector, freed by the guard; mlx-c copies each string appended.
-        let names = Names(unsafe { mlx_sys::mlx_vector_string_new() });
-        for name in list {
-            let c = cstring(name)?;
-            // SAFETY: the vector is live, `c` outlives the call.
-            check("mlx_vector_string_append_value", unsafe {
-                mlx_sys::mlx_vector_string_append_value(names.0, c.as_ptr())
-            })?;
-        }
-        Ok(names)
-    }
-}
-
-impl Drop for Names {
-    fn drop(&mut self) {
-        // SAFETY: made by mlx_vector_string_new, freed once.
-        unsafe { mlx_sys::mlx_vector_string_free(self.0) };
-    }
-}
-
-fn new_kernel(which: Kernel) -> Result<mlx_sys::mlx_fast_cuda_kernel> {
-    let inputs = Names::new(which.inputs())?;
-    let outputs = Names::new(which.outputs())?;
-    let (source, header) = (without_comments(which.source()), without_comments(HEADER));
-    // MLX keeps a compiled kernel under its name and template values alone (in memory and in
-    // its kernel cache on disk): the name carries a hash of the text, so an edited kernel is
-    // never served from an older build
-    let hash = fnv1a(&[&header, &source]);
-    let name = format!("{}_{hash:08x}", which.name());
-    let header = header_include(&header).unwrap_or(header);
-    let (name, source, header) = (cstring(&name)?, cstring(&source)?, cstring(&header)?);
-    // SAFETY: every pointer is live for the call; mlx-c copies what it keeps.
-    let kernel = unsafe {
-        mlx_sys::mlx_fast_cuda_kernel_new(
-            name.as_ptr(),
-            inputs.0,
-            outputs.0,
-            source.as_ptr(),
-            header.as_ptr(),
-            true,
-            0,
-        )
-    };
-    if kernel.ctx.is_null() {
-        return Err(kernel_error("MLX could not make it"));
-    }
-    Ok(kernel)
-}
-
-/// An `#include` of `header`, written to `<gmlx cache>/cuda-kernels/qmv4_<hash>.cuh` (kept
-/// there) once per process; `None` where it cannot be written or named. MLX hashes a custom
-/// kernel's whole text at every launch to find its compiled module and copies it into a new
-/// string at every call: with the header's seven kilobytes inline that is several
-/// microseconds of host time per launch, a few hundred launches per decode step. NVRTC reads
-/// an included file by its absolute path when it compiles a kernel (at its first launch with
-/// new template values): a file removed while the process runs fails those compilations.
-fn header_include(header: &str) -> Option<String> {
-    static INCLUDE: OnceLock<Option<String>> = OnceLock::new();
-    INCLUDE.get_or_init(|| write_header(header)).clone()
-}
-
-fn write_header(header: &str) -> Option<String> {
-    let dir = gmlx_cache::dir().join("cuda-kernels");
-    let hash = fnv1a(&[header]);
-    let path = dir.join(format!("qmv4_{hash:08x}.cuh"));
-    let text = path.to_str()?;
-    if !path.is_absolute() || text.contains(['"', '\n', '\\']) {
-        return None;
-    }
-    let current = std::fs::read_to_string(&path).is_ok_and(|t| t == header);
-    if !current {
-        std::fs::create_dir_all(&dir).ok()?;
-        // another process may write the same file: each writes its own and renames
-        let partial = dir.join(format!("qmv4_{hash:08x}.{}.partial", std::process::id()));
-        let written =
-            std::fs::write(&partial, header).and_then(|()| std::fs::rename(&partial, &path));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&partial);
-            return None;
-        }
-    }
-    Some(format!("#include \"{text}\"\n"))
-}
-
-/// `source` without its whole-line comments and blank lines, each line ending in a newline: MLX
-/// copies a kernel's header and source into a new string at every launch (the text is looked up
-/// by name only when the kernel is compiled), so the text it gets is kept short. The kernels'
-/// sources have no line continuations, block comments or string literals.
-fn without_comments(source: &str) -> String {
-    source
-        .lines()
-        .filter(|l| {
-            let t = l.trim_start();
-            !t.is_empty() && !t.starts_with("//")
-        })
-        .map(|l| format!("{l}\n"))
-        .collect()
-}
-
-/// The 32-bit FNV-1a hash of `parts`, in order.
-fn fnv1a(parts: &[&str]) -> u32 {
-    parts
-        .iter()
-        .flat_map(|p| p.bytes())
-        .fold(0x811c_9dc5, |h, b| {
-            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-        })
+    cuda_kernel::error(Kernel::One.spec(), reason)
 }
 
 /// Applies kernel `which` to `inputs` with outputs of `shapes`, all of the first template
@@ -645,120 +505,11 @@ fn launch(
     shapes: &[&[i32]],
     types: &[(&CStr, Dtype)],
     ints: &[(&CStr, i32)],
-    (grid, block): (i32, i32),
+    grid: (i32, i32),
 ) -> Result<Vec<Array>> {
-    struct Config(mlx_sys::mlx_fast_cuda_kernel_config);
-    impl Drop for Config {
-        fn drop(&mut self) {
-            // SAFETY: made by mlx_fast_cuda_kernel_config_new, freed once.
-            unsafe { mlx_sys::mlx_fast_cuda_kernel_config_free(self.0) };
-        }
-    }
     let Some(&(_, dtype)) = types.first() else {
         return Err(kernel_error("no output type"));
     };
-    // SAFETY: a new config, freed by its guard.
-    let config = Config(unsafe { mlx_sys::mlx_fast_cuda_kernel_config_new() });
-    // SAFETY: the config is live; the shapes and names outlive each call.
-    unsafe {
-        for shape in shapes {
-            check(
-                "mlx_fast_cuda_kernel_config_add_output_arg",
-                mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
-                    config.0,
-                    shape.as_ptr(),
-                    shape.len(),
-                    dtype.into(),
-                ),
-            )?;
-        }
-        check(
-            "mlx_fast_cuda_kernel_config_set_grid",
-            mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config.0, grid, 1, 1),
-        )?;
-        check(
-            "mlx_fast_cuda_kernel_config_set_thread_group",
-            mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config.0, block, 1, 1),
-        )?;
-        for (name, dtype) in types {
-            check(
-                "mlx_fast_cuda_kernel_config_add_template_arg_dtype",
-                mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
-                    config.0,
-                    name.as_ptr(),
-                    (*dtype).into(),
-                ),
-            )?;
-        }
-        for (name, value) in ints {
-            check(
-                "mlx_fast_cuda_kernel_config_add_template_arg_int",
-                mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
-                    config.0,
-                    name.as_ptr(),
-                    *value,
-                ),
-            )?;
-        }
-    }
-    let outputs = with_kernel(which, |kernel| apply(kernel, inputs, config.0))?;
-    if outputs.len() != shapes.len() {
-        return Err(kernel_error("MLX returned another number of outputs"));
-    }
-    Ok(outputs)
-}
-
-fn apply(
-    kernel: mlx_sys::mlx_fast_cuda_kernel,
-    inputs: &[Array],
-    config: mlx_sys::mlx_fast_cuda_kernel_config,
-) -> Result<Vec<Array>> {
-    let inputs = crate::closure::vector_of(inputs);
-    let stream = Stream::thread_local_or_default();
-    // SAFETY: every handle is live for the call; `outputs` is read, then freed once.
-    unsafe {
-        let mut outputs = mlx_sys::mlx_vector_array_new();
-        let code = mlx_sys::mlx_fast_cuda_kernel_apply(
-            &mut outputs,
-            kernel,
-            inputs,
-            config,
-            stream.as_ptr(),
-        );
-        mlx_sys::mlx_vector_array_free(inputs);
-        let arrays = if code == 0 {
-            crate::closure::arrays_of(outputs).map_err(|e| kernel_error(&e))
-        } else {
-            Err(Error::Ffi {
-                call: "mlx_fast_cuda_kernel_apply",
-                code,
-            })
-        };
-        mlx_sys::mlx_vector_array_free(outputs);
-        arrays
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_header_is_included_from_a_file_that_holds_it() {
-        let header = without_comments(HEADER);
-        let include = header_include(&header).expect("the cache folder is writable here");
-        let path = include
-            .strip_prefix("#include \"")
-            .and_then(|rest| rest.strip_suffix("\"\n"))
-            .expect("one include line");
-        assert_eq!(std::fs::read_to_string(path).expect("written"), header);
-        // a second kernel finds it in place
-        assert_eq!(header_include(&header).as_deref(), Some(include.as_str()));
-    }
-
-    #[test]
-    fn kernel_text_keeps_code_lines_and_drops_comments() {
-        let text = without_comments("// a comment\n\n  int a = 1;  // kept\n#pragma unroll\n");
-        assert_eq!(text, "  int a = 1;  // kept\n#pragma unroll\n");
-    }
+    let outputs: Vec<cuda_kernel::Output<'_>> = shapes.iter().map(|s| (*s, dtype)).collect();
+    cuda_kernel::launch(which.spec(), inputs, &outputs, types, ints, grid)
 }

@@ -20,6 +20,8 @@ pub mod checkpoint;
 mod closure;
 pub mod cpu_attend;
 pub mod cpu_qmm;
+pub mod cuda_attention;
+mod cuda_kernel;
 pub mod cuda_qmv;
 pub mod custom_vjp;
 pub mod device;

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Sourced by a call script after install.sh: the CUDA 4-bit kernels' test against the reference
-# dequantization (test-cuda-qmv.txt), and where it fails, again under compute-sanitizer (the
+# dequantization (test-cuda-qmv.txt) and the decode attention's (test-cuda-attention.txt), and where
+# one fails, again under compute-sanitizer (the
 # faulting access and its address; test-cuda-qmv-sanitizer.txt).
 echo "## test_cuda_qmv"; GMLX_CUDA_QMV=1 /root/bin/test_cuda_qmv --nocapture 2>&1 | tail -40 | tee $OUT/test-cuda-qmv.txt
 if grep -q "test result: FAILED\|panicked" $OUT/test-cuda-qmv.txt && command -v compute-sanitizer > /dev/null; then
   GMLX_CUDA_QMV=1 timeout 200 compute-sanitizer --tool memcheck /root/bin/test_cuda_qmv --nocapture 2>&1 | head -60 | tee $OUT/test-cuda-qmv-sanitizer.txt
+fi
+echo "## test_cuda_attention"; GMLX_CUDA_ATTENTION=1 /root/bin/test_cuda_attention --nocapture 2>&1 | tail -70 | tee $OUT/test-cuda-attention.txt
+if grep -q "test result: FAILED\|panicked" $OUT/test-cuda-attention.txt && command -v compute-sanitizer > /dev/null; then
+  GMLX_CUDA_ATTENTION=1 timeout 200 compute-sanitizer --tool memcheck /root/bin/test_cuda_attention --nocapture 2>&1 | head -60 | tee $OUT/test-cuda-attention-sanitizer.txt
 fi

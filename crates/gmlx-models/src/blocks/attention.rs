@@ -504,6 +504,10 @@ impl Attention {
         )?;
         let v = heads(split(v_rows, self.n_kv_heads, d)?, None)?;
         let out = if ctx.is_cached() {
+            // one rotated token of one sequence: gmlx's CUDA attention may take it
+            let decoded = (rotated && batch == 1 && self.qsa.is_none() && self.sinks.is_none())
+                .then(|| ctx.first_position())
+                .flatten();
             let mut outs = Vec::with_capacity(batch as usize);
             for b in 0..batch {
                 let of_row = |a: &Array| row(a, b, batch);
@@ -525,6 +529,12 @@ impl Attention {
                     }
                     None => None,
                 };
+                if let Some(p) = &decoded {
+                    if let Some(out) = cache.attend_decode(&q, &k, &v, p, self.scale()) {
+                        outs.push(out?);
+                        continue;
+                    }
+                }
                 outs.push(self.attend_cached(
                     &of_row(&q)?,
                     &of_row(&k)?,
@@ -561,7 +571,10 @@ impl Attention {
         };
         let width = self.n_heads * self.head_dim;
         let mut out = if tokens == 1 {
-            out.reshape(&[batch, 1, width])?
+            match out.shape() == [batch, 1, width] {
+                true => out,
+                false => out.reshape(&[batch, 1, width])?,
+            }
         } else {
             out.transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[batch, tokens, width])?
@@ -695,8 +708,11 @@ impl Attention {
     }
 
     fn sdpa(&self, q: &Array, k: &Array, v: &Array, mask: &KeyMask) -> Result<Array> {
-        let scale = 1.0 / (self.head_dim as f32).sqrt();
-        blocked_attention::attention(q, k, v, scale, mask, self.sinks.as_ref())
+        blocked_attention::attention(q, k, v, self.scale(), mask, self.sinks.as_ref())
+    }
+
+    fn scale(&self) -> f32 {
+        1.0 / (self.head_dim as f32).sqrt()
     }
 
     /// Its weights: the projections (adaptable), then the norms and sinks.

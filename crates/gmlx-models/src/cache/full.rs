@@ -1,4 +1,7 @@
 //! The full KV cache of one attention layer: key and value buffers that grow in chunks.
+use std::sync::Arc;
+
+use gmlx_mlx::cuda_attention::{self, Decode};
 use gmlx_mlx::slicing::{slice, slice_update};
 use gmlx_mlx::{ops, Array};
 
@@ -168,6 +171,7 @@ impl FullKv {
             Ok(Buffer {
                 data: Some(a.contiguous()?),
                 len: tokens,
+                owner: Arc::default(),
             })
         };
         let (keys, values) = (to_buffer(&host.keys)?, to_buffer(&host.values)?);
@@ -194,6 +198,57 @@ impl FullKv {
     }
 }
 
+impl FullKv {
+    /// One token's attention by gmlx's CUDA kernel ([`cuda_attention::decode`]): the query `q
+    /// [1, heads, 1, head_dim]` against the keys held and the token's own `k`, `v` (at
+    /// `position`, int32, one value: the number held), which the launch writes into the
+    /// buffers; `[1, 1, heads * head_dim]`. `None` where the kernel does not take them (the
+    /// cache then holds what it held, perhaps in larger or unshared buffers).
+    pub fn attend_decode(
+        &mut self,
+        q: &Array,
+        k: &Array,
+        v: &Array,
+        position: &Array,
+        scale: f32,
+    ) -> Option<Result<Array>> {
+        if !cuda_attention::enabled() || self.host.is_some() || self.indexer_keys.is_some() {
+            return None;
+        }
+        let len = self.len();
+        if self.values.len() != len || k.shape().get(2) != Some(&1) {
+            return None;
+        }
+        let reserved = (
+            self.keys.reserve_in_place(k),
+            self.values.reserve_in_place(v),
+        );
+        let (keys, values) = match reserved {
+            (Ok(keys), Ok(values)) => (keys.clone(), values.clone()),
+            (Err(e), _) | (_, Err(e)) => return Some(Err(e)),
+        };
+        let decode = Decode {
+            q,
+            k,
+            v,
+            keys: &keys,
+            values: &values,
+            position,
+            len,
+            scale,
+        };
+        if !cuda_attention::fits(&decode) {
+            return None;
+        }
+        let out = cuda_attention::decode(decode).map_err(Into::into);
+        if out.is_ok() {
+            self.keys.advance(1);
+            self.values.advance(1);
+        }
+        Some(out)
+    }
+}
+
 /// One growing `[batch, heads, capacity, width]` buffer whose first `len` positions are
 /// filled: the keys or the values of a full cache, or any other per-position array a layer
 /// keeps (a latent cache, an indexer's keys).
@@ -201,6 +256,9 @@ impl FullKv {
 pub struct Buffer {
     data: Option<Array>,
     len: i32,
+    /// Shared by this buffer's clones (a forked sequence holds the same array): a kernel that
+    /// writes in place ([`Buffer::reserve_in_place`]) gets a copy of a shared array first.
+    owner: Arc<()>,
 }
 
 impl Buffer {
@@ -243,6 +301,30 @@ impl Buffer {
         Ok(tokens.try_as_slice::<f32>().ok().map(<[f32]>::to_vec))
     }
 
+    /// The array, with room for `x [batch, heads, n, width]` after the filled part and held by
+    /// this buffer alone (a shared one is copied), for a kernel that writes `x` there in place;
+    /// [`Buffer::advance`] then counts it.
+    pub fn reserve_in_place(&mut self, x: &Array) -> Result<&Array> {
+        let shape = x.shape();
+        let needed = self.len + shape[2];
+        let shared = Arc::strong_count(&self.owner) > 1;
+        if self.data.is_none() || needed > self.capacity() || shared {
+            let capacity = (needed + CHUNK_TOKENS - 1) / CHUNK_TOKENS * CHUNK_TOKENS;
+            let capacity = capacity.max(self.capacity());
+            self.data = Some(grow(self.data.take(), shape, capacity, self.len, x)?);
+            self.owner = Arc::default();
+        }
+        match &self.data {
+            Some(data) => Ok(data),
+            None => unreachable!("the buffer exists after growing"),
+        }
+    }
+
+    /// Counts `n` positions a kernel wrote after the filled part ([`Buffer::reserve_in_place`]).
+    pub fn advance(&mut self, n: i32) {
+        self.len += n;
+    }
+
     /// Appends `x [batch, heads, n, width]` and returns the filled part, which now ends
     /// with it.
     pub fn append(&mut self, x: &Array) -> Result<Array> {
@@ -266,6 +348,8 @@ impl Buffer {
         let s = data.shape().to_vec();
         let filled = slice(&data, &[0, 0, 0, 0], &[s[0], s[1], self.len, s[3]])?;
         self.data = Some(data);
+        // MLX's update writes in place only into an array nothing else holds, else into a copy
+        self.owner = Arc::default();
         Ok(filled)
     }
 }
@@ -285,5 +369,66 @@ fn grow(old: Option<Array>, shape: &[i32], capacity: i32, len: i32, like: &Array
             )?)
         }
         _ => Ok(fresh),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(n: i32, from: f32) -> Array {
+        let values: Vec<f32> = (0..2 * n * 4).map(|i| from + i as f32).collect();
+        Array::from_slice(&values, &[1, 2, n, 4])
+    }
+
+    /// Where the array's values live (the arrays are evaluated on the CPU).
+    fn storage(a: &Array) -> *const f32 {
+        a.eval().expect("eval");
+        a.as_slice::<f32>().as_ptr()
+    }
+
+    #[test]
+    fn a_buffer_reserved_for_writing_in_place_is_its_own() {
+        let mut buffer = Buffer::default();
+        buffer.append(&tokens(3, 0.0)).expect("append");
+        let filled = buffer.read().expect("read");
+        let data = buffer
+            .reserve_in_place(&tokens(1, 100.0))
+            .expect("reserve")
+            .clone();
+        // room already, held alone: the same array
+        assert_eq!(data.shape(), [1, 2, CHUNK_TOKENS, 4]);
+        let here = storage(&data);
+        assert_eq!(storage(buffer.data.as_ref().expect("data")), here);
+        // a fork shares it until one of the two writes in place
+        let fork = buffer.clone();
+        let mine = buffer
+            .reserve_in_place(&tokens(1, 100.0))
+            .expect("reserve")
+            .clone();
+        assert_ne!(storage(&mine), here);
+        assert_eq!(storage(fork.data.as_ref().expect("data")), here);
+        assert_eq!(Arc::strong_count(&buffer.owner), 1);
+        // the copy holds the filled part
+        let s = [1, 2, buffer.len(), 4];
+        let copied = slice(&mine, &[0, 0, 0, 0], &s).expect("slice");
+        let (copied, filled) = (
+            copied.contiguous().expect("copy"),
+            filled.contiguous().expect("copy"),
+        );
+        copied.eval().expect("eval");
+        filled.eval().expect("eval");
+        assert_eq!(
+            copied.as_slice::<f32>(),
+            filled.as_slice::<f32>(),
+            "the filled part, copied"
+        );
+        // a full buffer grows, keeping what it held
+        let mut full = Buffer::default();
+        full.append(&tokens(CHUNK_TOKENS, 0.0)).expect("append");
+        let grown = full.reserve_in_place(&tokens(1, 0.0)).expect("reserve");
+        assert_eq!(grown.shape(), [1, 2, 2 * CHUNK_TOKENS, 4]);
+        full.advance(1);
+        assert_eq!(full.len(), CHUNK_TOKENS + 1);
     }
 }

@@ -125,6 +125,23 @@ impl LayerCache {
         }
     }
 
+    /// One token's attention by gmlx's CUDA kernel, its key and value appended in the same
+    /// launch ([`FullKv::attend_decode`]); `None` where the kernel does not take it (a cache
+    /// other than a full one, or operands it does not read).
+    pub fn attend_decode(
+        &mut self,
+        q: &Array,
+        k: &Array,
+        v: &Array,
+        position: &Array,
+        scale: f32,
+    ) -> Option<Result<Array>> {
+        match self {
+            LayerCache::FullKv(c) => c.attend_decode(q, k, v, position, scale),
+            _ => None,
+        }
+    }
+
     /// Bytes of device memory the cache holds.
     pub fn nbytes(&self) -> usize {
         match self {

@@ -1,0 +1,179 @@
+//! Attention of one decoded token on CUDA (`kernels/attend_decode.cu`): the token's query
+//! against its layer's cached keys and values and its own, the token's key and value written
+//! into the caches in the same launch. On MLX's operations that step is six: two cache writes,
+//! two views of the filled part, the attention, a reshape; a decode step on the GPU is bound
+//! by its operations' count (`docs/performance.md`), and with this kernel a dense block's is
+//! five.
+//!
+//! MLX's custom kernels have no output that aliases an input, so the kernel writes the caches
+//! in place through their input pointers, at the token's position only, which nothing in the
+//! launch reads from them. The caller must therefore hold the caches' buffers alone (a forked
+//! sequence copies them first: [`decode`] says what else it needs). Positions before the token's
+//! are never written, so views of the filled part taken earlier keep their values.
+//!
+//! A thread block takes one key/value head with all its query heads, and a range of the keys:
+//! about [`TARGET_BLOCKS`] blocks per launch (a decode step has few; each issues all of a
+//! pass's loads before it uses any). Where a head has several ranges, each block leaves its
+//! partial sums and the last one to finish combines them (a per-head counter, kept in a small
+//! array of this thread's that every launch leaves at zero). `GMLX_CUDA_ATTENTION=0` turns the
+//! kernel off.
+use std::sync::OnceLock;
+
+use mlx_rs::{Array, Dtype};
+
+use crate::cuda_kernel::{self, Spec};
+use crate::error::Result;
+use crate::runtime::Backend;
+
+/// The environment variable that turns the kernel off (`0`).
+pub const SWITCH_VAR: &str = "GMLX_CUDA_ATTENTION";
+
+/// Key rows each thread reads per pass.
+const PER: i32 = 8;
+
+const THREADS: i32 = 128;
+
+/// Thread blocks a launch aims at (two per streaming multiprocessor of an H100).
+pub const TARGET_BLOCKS: i32 = 264;
+
+/// Key/value heads the counters serve.
+const MAX_KV_HEADS: i32 = 4096;
+
+/// Query heads per key/value head a block takes at most.
+const MAX_GROUP: i32 = 8;
+
+/// Keys per pass of a block for heads of `head_dim` values (eight 8-value rows per thread).
+pub fn chunk(head_dim: i32) -> i32 {
+    PER * THREADS * 8 / head_dim.max(1)
+}
+
+static SPEC: Spec = Spec {
+    name: "gmlx_attend_decode",
+    source: include_str!("kernels/attend_decode.cu"),
+    header: include_str!("kernels/attend.cuh"),
+    inputs: &["q", "k", "v", "kc", "vc", "pos", "counters"],
+    outputs: &["out", "part"],
+};
+
+/// Whether the kernel is on: MLX's CUDA backend, `GMLX_CUDA_ATTENTION` not `0`.
+pub fn enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| {
+        std::env::var(SWITCH_VAR).map_or(true, |v| v.trim() != "0")
+            && crate::runtime::backend().is_ok_and(|b| b == Backend::Cuda)
+    })
+}
+
+/// One token's attention: `q [1, H, 1, D]`, its key and value `k`, `v [1, HKV, 1, D]`, the
+/// layer's caches `keys`, `values [1, HKV, capacity, D]` whose first `len` positions are
+/// filled, `position` (int32, one value: `len`).
+#[derive(Clone, Copy)]
+pub struct Decode<'a> {
+    pub q: &'a Array,
+    pub k: &'a Array,
+    pub v: &'a Array,
+    pub keys: &'a Array,
+    pub values: &'a Array,
+    pub position: &'a Array,
+    pub len: i32,
+    pub scale: f32,
+}
+
+/// Whether [`decode`] takes `d`: the shapes above with room for the token (`len < capacity`),
+/// one dtype of bfloat16, float16 or float32 for the five arrays, whole groups of at most
+/// eight query heads per key head, and a head of 8 to 256 values, a power of two.
+pub fn fits(d: &Decode<'_>) -> bool {
+    let qs = d.q.shape();
+    let (ks, cs) = (d.k.shape(), d.keys.shape());
+    if qs.len() != 4 || ks.len() != 4 || cs.len() != 4 {
+        return false;
+    }
+    let (heads, kv_heads, dim) = (qs[1], ks[1], qs[3]);
+    let dtype = d.q.dtype();
+    qs[0] == 1
+        && qs[2] == 1
+        && ks == [1, kv_heads, 1, dim]
+        && d.v.shape() == ks
+        && cs[..2] == [1, kv_heads]
+        && cs[3] == dim
+        && d.values.shape() == cs
+        && (0..cs[2]).contains(&d.len)
+        && kv_heads > 0
+        && heads % kv_heads == 0
+        && heads / kv_heads <= MAX_GROUP
+        && kv_heads <= MAX_KV_HEADS
+        && (8..=256).contains(&dim)
+        && (dim as u32).is_power_of_two()
+        && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
+        && [d.k, d.v, d.keys, d.values]
+            .iter()
+            .all(|a| a.dtype() == dtype)
+        && d.position.dtype() == Dtype::Int32
+        && d.position.size() == 1
+        && d.scale.is_finite()
+        && enabled()
+}
+
+/// `softmax(q K^T * scale) V` over the `len` cached keys and values and the token's own, as
+/// `[1, 1, H * D]` in `q`'s dtype; the token's key and value are written into the caches at
+/// `len` (the caller holds their buffers alone, each a whole array that was evaluated or is
+/// computed before this launch). The caller checks [`fits`].
+pub fn decode(d: Decode<'_>) -> Result<Array> {
+    if !fits(&d) {
+        return Err(cuda_kernel::error(
+            &SPEC,
+            "operands the kernel does not take",
+        ));
+    }
+    let (heads, kv_heads, dim) = (d.q.shape()[1], d.k.shape()[1], d.q.shape()[3]);
+    let group = heads / kv_heads;
+    let chunks = (d.len + chunk(dim)) / chunk(dim);
+    let splits = chunks.min((TARGET_BLOCKS / kv_heads).max(1));
+    let width = [1, 1, heads * dim];
+    let part = [kv_heads * splits * group * (dim + 2)];
+    let inputs = [
+        d.q.clone(),
+        d.k.clone(),
+        d.v.clone(),
+        d.keys.clone(),
+        d.values.clone(),
+        d.position.clone(),
+        counters()?,
+    ];
+    let outputs = cuda_kernel::launch(
+        &SPEC,
+        &inputs,
+        &[(&width, d.q.dtype()), (&part, Dtype::Float32)],
+        &[(c"T", d.q.dtype())],
+        &[
+            (c"D", dim),
+            (c"G", group),
+            (c"HKV", kv_heads),
+            (c"PER", PER),
+            (c"BLOCK", THREADS),
+            (c"SCALE", d.scale.to_bits() as i32),
+        ],
+        (kv_heads * splits * THREADS, THREADS),
+    )?;
+    outputs
+        .into_iter()
+        .next()
+        .ok_or_else(|| cuda_kernel::error(&SPEC, "MLX returned no output"))
+}
+
+/// This thread's counters (uint32 zeros, evaluated once): every launch leaves them at zero,
+/// and a thread's launches run in order on its stream.
+fn counters() -> Result<Array> {
+    thread_local! {
+        static COUNTERS: OnceLock<Array> = const { OnceLock::new() };
+    }
+    COUNTERS.with(|cell| {
+        if let Some(c) = cell.get() {
+            return Ok(c.clone());
+        }
+        let zeros = crate::ops::zeros_dtype(&[MAX_KV_HEADS], Dtype::Uint32)?;
+        zeros.eval()?;
+        let _ = cell.set(zeros.clone());
+        Ok(zeros)
+    })
+}

@@ -1,0 +1,322 @@
+//! gmlx's own CUDA kernels through MLX's custom-kernel API: each kernel made once per thread,
+//! its common header reaching MLX as an `#include` of a file in gmlx's cache, and one launch
+//! per call with its template values and grid. [`crate::cuda_qmv`] (the 4-bit products) and
+//! [`crate::cuda_attention`] (decode attention) describe their kernels with a [`Spec`].
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::sync::{Mutex, OnceLock};
+
+use mlx_rs::{Array, Dtype, Stream};
+
+use crate::error::{Error, Result};
+use crate::runtime::check;
+
+/// One kernel: its name (MLX's key for the compiled kernel, with a hash of the text added),
+/// the body MLX wraps in the signature it generates, the header placed before it, and the
+/// names of its inputs and outputs in order.
+pub(crate) struct Spec {
+    pub name: &'static str,
+    pub source: &'static str,
+    pub header: &'static str,
+    pub inputs: &'static [&'static str],
+    pub outputs: &'static [&'static str],
+}
+
+/// One output: its shape and dtype.
+pub(crate) type Output<'a> = (&'a [i32], Dtype);
+
+/// Applies kernel `spec` to `inputs` with `outputs`, the template types `types` (named so that
+/// they enter the compiled kernel's name: MLX keys its compiled kernels by name and template
+/// values), integer constants `ints`, over `(threads in all, threads per block)`.
+pub(crate) fn launch(
+    spec: &Spec,
+    inputs: &[Array],
+    outputs: &[Output<'_>],
+    types: &[(&CStr, Dtype)],
+    ints: &[(&CStr, i32)],
+    (grid, block): (i32, i32),
+) -> Result<Vec<Array>> {
+    struct Config(mlx_sys::mlx_fast_cuda_kernel_config);
+    impl Drop for Config {
+        fn drop(&mut self) {
+            // SAFETY: made by mlx_fast_cuda_kernel_config_new, freed once.
+            unsafe { mlx_sys::mlx_fast_cuda_kernel_config_free(self.0) };
+        }
+    }
+    // SAFETY: a new config, freed by its guard.
+    let config = Config(unsafe { mlx_sys::mlx_fast_cuda_kernel_config_new() });
+    // SAFETY: the config is live; the shapes and names outlive each call.
+    unsafe {
+        for (shape, dtype) in outputs {
+            check(
+                "mlx_fast_cuda_kernel_config_add_output_arg",
+                mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
+                    config.0,
+                    shape.as_ptr(),
+                    shape.len(),
+                    (*dtype).into(),
+                ),
+            )?;
+        }
+        check(
+            "mlx_fast_cuda_kernel_config_set_grid",
+            mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config.0, grid, 1, 1),
+        )?;
+        check(
+            "mlx_fast_cuda_kernel_config_set_thread_group",
+            mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config.0, block, 1, 1),
+        )?;
+        for (name, dtype) in types {
+            check(
+                "mlx_fast_cuda_kernel_config_add_template_arg_dtype",
+                mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
+                    config.0,
+                    name.as_ptr(),
+                    (*dtype).into(),
+                ),
+            )?;
+        }
+        for (name, value) in ints {
+            check(
+                "mlx_fast_cuda_kernel_config_add_template_arg_int",
+                mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
+                    config.0,
+                    name.as_ptr(),
+                    *value,
+                ),
+            )?;
+        }
+    }
+    let arrays = with_kernel(spec, |kernel| apply(spec, kernel, inputs, config.0))?;
+    if arrays.len() != outputs.len() {
+        return Err(error(spec, "MLX returned another number of outputs"));
+    }
+    Ok(arrays)
+}
+
+pub(crate) fn error(spec: &Spec, reason: &str) -> Error {
+    Error::CudaKernel {
+        kernel: spec.name,
+        reason: reason.to_owned(),
+    }
+}
+
+/// `f` on kernel `spec`, made once per thread (its handle is not shared between threads).
+fn with_kernel<R>(
+    spec: &Spec,
+    f: impl FnOnce(mlx_sys::mlx_fast_cuda_kernel) -> Result<R>,
+) -> Result<R> {
+    struct Made(mlx_sys::mlx_fast_cuda_kernel);
+    impl Drop for Made {
+        fn drop(&mut self) {
+            // SAFETY: made by mlx_fast_cuda_kernel_new, freed once.
+            unsafe { mlx_sys::mlx_fast_cuda_kernel_free(self.0) };
+        }
+    }
+    thread_local! {
+        static KERNELS: RefCell<HashMap<&'static str, Made>> = RefCell::new(HashMap::new());
+    }
+    KERNELS.with(|kernels| {
+        let made = kernels.borrow().get(spec.name).map(|k| k.0);
+        let kernel = match made {
+            Some(k) => k,
+            None => {
+                let k = new_kernel(spec)?;
+                kernels.borrow_mut().insert(spec.name, Made(k));
+                k
+            }
+        };
+        f(kernel)
+    })
+}
+
+fn cstring(spec: &Spec, s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| error(spec, "a name with a NUL byte"))
+}
+
+/// An mlx-c string vector, freed when dropped.
+struct Names(mlx_sys::mlx_vector_string);
+
+impl Names {
+    fn new(spec: &Spec, list: &[&str]) -> Result<Names> {
+        // SAFETY: a new vector, freed by the guard; mlx-c copies each string appended.
+        let names = Names(unsafe { mlx_sys::mlx_vector_string_new() });
+        for name in list {
+            let c = cstring(spec, name)?;
+            // SAFETY: the vector is live, `c` outlives the call.
+            check("mlx_vector_string_append_value", unsafe {
+                mlx_sys::mlx_vector_string_append_value(names.0, c.as_ptr())
+            })?;
+        }
+        Ok(names)
+    }
+}
+
+impl Drop for Names {
+    fn drop(&mut self) {
+        // SAFETY: made by mlx_vector_string_new, freed once.
+        unsafe { mlx_sys::mlx_vector_string_free(self.0) };
+    }
+}
+
+fn new_kernel(spec: &Spec) -> Result<mlx_sys::mlx_fast_cuda_kernel> {
+    let inputs = Names::new(spec, spec.inputs)?;
+    let outputs = Names::new(spec, spec.outputs)?;
+    let (source, header) = (without_comments(spec.source), without_comments(spec.header));
+    // MLX keeps a compiled kernel under its name and template values alone (in memory and in
+    // its kernel cache on disk): the name carries a hash of the text, so an edited kernel is
+    // never served from an older build
+    let hash = fnv1a(&[&header, &source]);
+    let name = format!("{}_{hash:08x}", spec.name);
+    let header = header_include(&header).unwrap_or(header);
+    let name = cstring(spec, &name)?;
+    let (source, header) = (cstring(spec, &source)?, cstring(spec, &header)?);
+    // SAFETY: every pointer is live for the call; mlx-c copies what it keeps.
+    let kernel = unsafe {
+        mlx_sys::mlx_fast_cuda_kernel_new(
+            name.as_ptr(),
+            inputs.0,
+            outputs.0,
+            source.as_ptr(),
+            header.as_ptr(),
+            true,
+            0,
+        )
+    };
+    if kernel.ctx.is_null() {
+        return Err(error(spec, "MLX could not make it"));
+    }
+    Ok(kernel)
+}
+
+/// An `#include` of `header`, written to `<gmlx cache>/cuda-kernels/gmlx_<hash>.cuh` (kept
+/// there) once per process; `None` where it cannot be written or named, or for an empty
+/// header. MLX hashes a custom kernel's whole text at every launch to find its compiled
+/// module and copies it into a new string at every call: with a header of several kilobytes
+/// inline that is several microseconds of host time per launch, a few hundred launches per
+/// decode step. NVRTC reads an included file by its absolute path when it compiles a kernel
+/// (at its first launch with new template values): a file removed while the process runs
+/// fails those compilations.
+pub(crate) fn header_include(header: &str) -> Option<String> {
+    if header.is_empty() {
+        return None;
+    }
+    static INCLUDES: OnceLock<Mutex<HashMap<u32, Option<String>>>> = OnceLock::new();
+    let hash = fnv1a(&[header]);
+    let mut includes = INCLUDES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    includes
+        .entry(hash)
+        .or_insert_with(|| write_header(header, hash))
+        .clone()
+}
+
+fn write_header(header: &str, hash: u32) -> Option<String> {
+    let dir = gmlx_cache::dir().join("cuda-kernels");
+    let path = dir.join(format!("gmlx_{hash:08x}.cuh"));
+    let text = path.to_str()?;
+    if !path.is_absolute() || text.contains(['"', '\n', '\\']) {
+        return None;
+    }
+    let current = std::fs::read_to_string(&path).is_ok_and(|t| t == header);
+    if !current {
+        std::fs::create_dir_all(&dir).ok()?;
+        // another process may write the same file: each writes its own and renames
+        let partial = dir.join(format!("gmlx_{hash:08x}.{}.partial", std::process::id()));
+        let written =
+            std::fs::write(&partial, header).and_then(|()| std::fs::rename(&partial, &path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&partial);
+            return None;
+        }
+    }
+    Some(format!("#include \"{text}\"\n"))
+}
+
+/// `source` without its whole-line comments and blank lines, each line ending in a newline: MLX
+/// copies a kernel's header and source into a new string at every launch (the text is looked up
+/// by name only when the kernel is compiled), so the text it gets is kept short. The kernels'
+/// sources have no line continuations, block comments or string literals.
+pub(crate) fn without_comments(source: &str) -> String {
+    source
+        .lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            !t.is_empty() && !t.starts_with("//")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// The 32-bit FNV-1a hash of `parts`, in order.
+fn fnv1a(parts: &[&str]) -> u32 {
+    parts
+        .iter()
+        .flat_map(|p| p.bytes())
+        .fold(0x811c_9dc5, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        })
+}
+
+fn apply(
+    spec: &Spec,
+    kernel: mlx_sys::mlx_fast_cuda_kernel,
+    inputs: &[Array],
+    config: mlx_sys::mlx_fast_cuda_kernel_config,
+) -> Result<Vec<Array>> {
+    let inputs = crate::closure::vector_of(inputs);
+    let stream = Stream::thread_local_or_default();
+    // SAFETY: every handle is live for the call; `outputs` is read, then freed once.
+    unsafe {
+        let mut outputs = mlx_sys::mlx_vector_array_new();
+        let code = mlx_sys::mlx_fast_cuda_kernel_apply(
+            &mut outputs,
+            kernel,
+            inputs,
+            config,
+            stream.as_ptr(),
+        );
+        mlx_sys::mlx_vector_array_free(inputs);
+        let arrays = if code == 0 {
+            crate::closure::arrays_of(outputs).map_err(|e| error(spec, &e))
+        } else {
+            Err(Error::Ffi {
+                call: "mlx_fast_cuda_kernel_apply",
+                code,
+            })
+        };
+        mlx_sys::mlx_vector_array_free(outputs);
+        arrays
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_is_included_from_a_file_that_holds_it() {
+        let header = without_comments(include_str!("kernels/qmv4.cuh"));
+        let include = header_include(&header).expect("the cache folder is writable here");
+        let path = include
+            .strip_prefix("#include \"")
+            .and_then(|rest| rest.strip_suffix("\"\n"))
+            .expect("one include line");
+        assert_eq!(std::fs::read_to_string(path).expect("written"), header);
+        // a second kernel finds it in place
+        assert_eq!(header_include(&header).as_deref(), Some(include.as_str()));
+        // another header has its own file
+        let other = header_include("// other\nint x;\n").expect("written");
+        assert_ne!(other, include);
+        assert_eq!(header_include(""), None);
+    }
+
+    #[test]
+    fn kernel_text_keeps_code_lines_and_drops_comments() {
+        let text = without_comments("// a comment\n\n  int a = 1;  // kept\n#pragma unroll\n");
+        assert_eq!(text, "  int a = 1;  // kept\n#pragma unroll\n");
+    }
+}

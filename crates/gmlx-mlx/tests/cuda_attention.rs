@@ -1,0 +1,206 @@
+//! gmlx's CUDA decode attention (`gmlx_mlx::cuda_attention`) against softmax attention summed
+//! in float64 on the host, for bfloat16, float16 and float32, groups of 1 to 8 query heads of
+//! 64, 128 and 256 values, and cache lengths on both sides of a pass (a thread block's keys at
+//! once) up to many passes per block and blocks left without keys; and the caches it writes in place: the token's key and value at its
+//! position, every other position as it was, and a second token after it in the same buffers
+//! (the per-head counters back at zero). Runs where MLX's CUDA backend is loaded (the rented
+//! GPU machine); elsewhere it says so and passes, as the kernel is never taken there.
+use gmlx_mlx::cuda_attention::{self, Decode};
+use gmlx_mlx::runtime::{backend, Backend};
+use gmlx_mlx::{device, Array, Dtype};
+
+/// A small deterministic generator (no dependency): uniform in [0, 1).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    fn values(&mut self, n: i32, spread: f32) -> Vec<f32> {
+        (0..n).map(|_| (self.next() - 0.5) * spread).collect()
+    }
+}
+
+fn host(a: &Array) -> Vec<f32> {
+    let a = a.as_dtype(Dtype::Float32).expect("cast");
+    a.eval().expect("eval");
+    a.as_slice::<f32>().to_vec()
+}
+
+/// An array of `shape` in `dtype` from `values`, evaluated, and the values as it holds them.
+fn array(values: &[f32], shape: &[i32], dtype: Dtype) -> (Array, Vec<f32>) {
+    let a = Array::from_slice(values, shape)
+        .as_dtype(dtype)
+        .expect("cast");
+    a.eval().expect("eval");
+    let held = host(&a);
+    (a, held)
+}
+
+/// The shape of one case: query heads, key/value heads, head size.
+#[derive(Clone, Copy, Debug)]
+struct Heads {
+    h: i32,
+    hkv: i32,
+    d: i32,
+}
+
+/// `softmax(q k^T * scale) v` per query head over `keys` positions of the token-major rows
+/// `k`, `v` (`[hkv, cap, d]`), in float64.
+fn reference(q: &[f32], k: &[f32], v: &[f32], cap: i32, keys: i32, s: Heads) -> Vec<f64> {
+    let (d, g) = (s.d as usize, (s.h / s.hkv) as usize);
+    let scale = 1.0 / (s.d as f64).sqrt();
+    let mut out = vec![0.0f64; s.h as usize * d];
+    for h in 0..s.h as usize {
+        let kv = (h / g) * cap as usize * d;
+        let scores: Vec<f64> = (0..keys as usize)
+            .map(|j| {
+                (0..d)
+                    .map(|i| q[h * d + i] as f64 * k[kv + j * d + i] as f64)
+                    .sum::<f64>()
+                    * scale
+            })
+            .collect();
+        let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let weights: Vec<f64> = scores.iter().map(|x| (x - top).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        for (j, w) in weights.iter().enumerate() {
+            for i in 0..d {
+                out[h * d + i] += w / total * v[kv + j * d + i] as f64;
+            }
+        }
+    }
+    out
+}
+
+fn tolerance(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::Float32 => 1e-5,
+        Dtype::Float16 => 2e-3,
+        _ => 1e-2,
+    }
+}
+
+/// The largest error of `got` against `reference`, relative to each value plus the
+/// reference's root mean square.
+fn worst(got: &[f32], reference: &[f64]) -> f64 {
+    let rms = (reference.iter().map(|v| v * v).sum::<f64>() / reference.len() as f64).sqrt();
+    assert_eq!(got.len(), reference.len());
+    got.iter()
+        .zip(reference)
+        .map(|(g, r)| (*g as f64 - r).abs() / (r.abs() + rms))
+        .fold(0.0f64, f64::max)
+}
+
+/// Decodes two tokens after `len` cached positions (in buffers of room for them) and checks
+/// both outputs and the caches.
+fn check(s: Heads, len: i32, dtype: Dtype, rng: &mut Lcg) {
+    let cap = len + 2 + len % 7;
+    let cache = [1, s.hkv, cap, s.d];
+    let n = s.hkv * cap * s.d;
+    // positions from `len` on hold garbage, which the kernel must neither read nor keep
+    let (keys, mut want_k) = array(&rng.values(n, 2.0), &cache, dtype);
+    let (values, mut want_v) = array(&rng.values(n, 2.0), &cache, dtype);
+    for step in 0..2 {
+        let position = len + step;
+        let (q, qs) = array(&rng.values(s.h * s.d, 6.0), &[1, s.h, 1, s.d], dtype);
+        let (k, ks) = array(&rng.values(s.hkv * s.d, 2.0), &[1, s.hkv, 1, s.d], dtype);
+        let (v, vs) = array(&rng.values(s.hkv * s.d, 2.0), &[1, s.hkv, 1, s.d], dtype);
+        for g in 0..s.hkv as usize {
+            let at = (g * cap as usize + position as usize) * s.d as usize;
+            let row = g * s.d as usize..(g + 1) * s.d as usize;
+            want_k[at..at + s.d as usize].copy_from_slice(&ks[row.clone()]);
+            want_v[at..at + s.d as usize].copy_from_slice(&vs[row]);
+        }
+        let pos = Array::from_slice(&[position], &[1]);
+        let d = Decode {
+            q: &q,
+            k: &k,
+            v: &v,
+            keys: &keys,
+            values: &values,
+            position: &pos,
+            len: position,
+            scale: 1.0 / (s.d as f32).sqrt(),
+        };
+        assert!(cuda_attention::fits(&d), "{s:?} at {position} is taken");
+        let out = cuda_attention::decode(d).expect("decode");
+        assert_eq!(out.shape(), [1, 1, s.h * s.d]);
+        let got = host(&out);
+        let want = reference(&qs, &want_k, &want_v, cap, position + 1, s);
+        let err = worst(&got, &want);
+        println!("{s:?} {dtype:?} after {position}: {err:.2e}");
+        assert!(
+            err < tolerance(dtype),
+            "{s:?} {dtype:?} after {position}: {err}"
+        );
+        assert_eq!(host(&keys), want_k, "{s:?} {dtype:?}: the keys written");
+        assert_eq!(host(&values), want_v, "{s:?} {dtype:?}: the values written");
+    }
+}
+
+#[test]
+fn the_cuda_decode_attention_matches_the_reference() {
+    if backend().ok() != Some(Backend::Cuda) {
+        eprintln!("skipped: the MLX runtime in use has no CUDA backend");
+        return;
+    }
+    std::env::remove_var(cuda_attention::SWITCH_VAR);
+    device::use_device(device::DeviceChoice::Gpu).expect("gpu");
+    let mut rng = Lcg(11);
+    for dtype in [Dtype::Bfloat16, Dtype::Float16, Dtype::Float32] {
+        for s in [
+            Heads {
+                h: 9,
+                hkv: 3,
+                d: 64,
+            },
+            Heads {
+                h: 32,
+                hkv: 8,
+                d: 128,
+            },
+        ] {
+            let chunk = cuda_attention::chunk(s.d);
+            for len in [0, 5, chunk - 1, chunk, chunk + 1, 3 * chunk + 17] {
+                check(s, len, dtype, &mut rng);
+            }
+        }
+        check(
+            Heads {
+                h: 4,
+                hkv: 4,
+                d: 256,
+            },
+            700,
+            dtype,
+            &mut rng,
+        );
+        check(
+            Heads {
+                h: 64,
+                hkv: 8,
+                d: 128,
+            },
+            300,
+            dtype,
+            &mut rng,
+        );
+    }
+    // more passes than blocks: each block loops over several; then splits left empty (34
+    // passes over 33 blocks, two each)
+    let s = Heads {
+        h: 32,
+        hkv: 8,
+        d: 128,
+    };
+    assert_eq!(cuda_attention::TARGET_BLOCKS / s.hkv, 33);
+    let chunk = cuda_attention::chunk(s.d);
+    check(s, 8200, Dtype::Bfloat16, &mut rng);
+    check(s, 33 * chunk + 5, Dtype::Float32, &mut rng);
+}
