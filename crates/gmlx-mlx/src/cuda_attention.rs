@@ -12,7 +12,7 @@
 //! are never written, so views of the filled part taken earlier keep their values.
 //!
 //! A thread block takes one key/value head with all its query heads, and a range of the keys:
-//! about [`TARGET_BLOCKS`] blocks per launch (a decode step has few; each issues all of a
+//! at most [`TARGET_BLOCKS`] blocks per launch (a decode step has few; each issues all of a
 //! pass's loads before it uses any). Where a head has several ranges, each block leaves its
 //! partial sums and the last one to finish combines them (a per-head counter, kept in a small
 //! array of this thread's that every launch leaves at zero). `GMLX_CUDA_ATTENTION=0` turns the
@@ -47,6 +47,25 @@ pub fn chunk(head_dim: i32) -> i32 {
     PER * THREADS * 8 / head_dim.max(1)
 }
 
+/// The largest static shared memory a kernel may declare.
+const SHARED_BYTES: i32 = 48 * 1024;
+
+/// The kernel's shared memory for `group` query heads of `head_dim` values: each head's scores
+/// for a pass, each row group's partial sums, three statistics per head, one flag.
+fn shared_bytes(head_dim: i32, group: i32) -> i32 {
+    let rows = THREADS * 8 / head_dim.max(1);
+    4 * (group * chunk(head_dim) + rows * group * head_dim + 3 * group) + 4
+}
+
+/// Thread blocks per key/value head for `keys` keys of `head_dim` values: ranges of whole
+/// passes, as even as they come, at most [`TARGET_BLOCKS`] in all.
+fn splits(keys: i32, head_dim: i32, kv_heads: i32) -> i32 {
+    let passes = (keys + chunk(head_dim) - 1) / chunk(head_dim);
+    let most = (TARGET_BLOCKS / kv_heads).max(1);
+    let per_split = (passes + most - 1) / most;
+    (passes + per_split - 1) / per_split
+}
+
 static SPEC: Spec = Spec {
     name: "gmlx_attend_decode",
     source: include_str!("kernels/attend_decode.cu"),
@@ -66,7 +85,14 @@ pub fn enabled() -> bool {
 
 /// One token's attention: `q [1, H, 1, D]`, its key and value `k`, `v [1, HKV, 1, D]`, the
 /// layer's caches `keys`, `values [1, HKV, capacity, D]` whose first `len` positions are
-/// filled, `position` (int32, one value: `len`).
+/// filled, `position` (int32, one value: `len`; the kernel writes the caches there).
+///
+/// The caches must be whole row-contiguous arrays (MLX would hand the kernel a copy of any
+/// other, and the writes would be lost), held by the caller alone. MLX sees them as the
+/// launch's inputs only: nothing orders a later reader of the same buffers in the same
+/// evaluation after the launch, nor two launches that do not depend on each other through
+/// their data (they would share the counters). gmlx's decode evaluates every step, whose
+/// layers' launches are chained by their data.
 #[derive(Clone, Copy)]
 pub struct Decode<'a> {
     pub q: &'a Array,
@@ -81,7 +107,8 @@ pub struct Decode<'a> {
 
 /// Whether [`decode`] takes `d`: the shapes above with room for the token (`len < capacity`),
 /// one dtype of bfloat16, float16 or float32 for the five arrays, whole groups of at most
-/// eight query heads per key head, and a head of 8 to 256 values, a power of two.
+/// eight query heads per key head, a head of 8 to 256 values, a power of two, whose shared
+/// memory fits a block, and a positive scale.
 pub fn fits(d: &Decode<'_>) -> bool {
     let qs = d.q.shape();
     let (ks, cs) = (d.k.shape(), d.keys.shape());
@@ -99,11 +126,13 @@ pub fn fits(d: &Decode<'_>) -> bool {
         && d.values.shape() == cs
         && (0..cs[2]).contains(&d.len)
         && kv_heads > 0
+        && heads > 0
         && heads % kv_heads == 0
         && heads / kv_heads <= MAX_GROUP
         && kv_heads <= MAX_KV_HEADS
         && (8..=256).contains(&dim)
         && (dim as u32).is_power_of_two()
+        && shared_bytes(dim, heads / kv_heads) <= SHARED_BYTES
         && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
         && [d.k, d.v, d.keys, d.values]
             .iter()
@@ -111,6 +140,7 @@ pub fn fits(d: &Decode<'_>) -> bool {
         && d.position.dtype() == Dtype::Int32
         && d.position.size() == 1
         && d.scale.is_finite()
+        && d.scale > 0.0
         && enabled()
 }
 
@@ -127,8 +157,7 @@ pub fn decode(d: Decode<'_>) -> Result<Array> {
     }
     let (heads, kv_heads, dim) = (d.q.shape()[1], d.k.shape()[1], d.q.shape()[3]);
     let group = heads / kv_heads;
-    let chunks = (d.len + chunk(dim)) / chunk(dim);
-    let splits = chunks.min((TARGET_BLOCKS / kv_heads).max(1));
+    let splits = splits(d.len + 1, dim, kv_heads);
     let width = [1, 1, heads * dim];
     let part = [kv_heads * splits * group * (dim + 2)];
     let inputs = [
@@ -176,4 +205,32 @@ fn counters() -> Result<Array> {
         let _ = cell.set(zeros.clone());
         Ok(zeros)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_split_the_keys_evenly_within_the_target() {
+        // Llama-3-8B's attention: 8 key/value heads of 128 values, 64 keys a pass
+        assert_eq!(chunk(128), 64);
+        assert_eq!(splits(1, 128, 8), 1);
+        assert_eq!(splits(640, 128, 8), 10);
+        assert_eq!(splits(8193, 128, 8), 33);
+        // 34 passes over at most 33 blocks: two passes each, none left empty
+        assert_eq!(splits(33 * 64 + 6, 128, 8), 17);
+        assert_eq!(splits(100_000, 64, 3), 87);
+    }
+
+    #[test]
+    fn shared_memory_bounds_the_groups_of_small_heads() {
+        assert!(shared_bytes(128, 8) <= SHARED_BYTES);
+        assert!(shared_bytes(64, 8) <= SHARED_BYTES);
+        assert!(shared_bytes(256, 8) <= SHARED_BYTES);
+        // 1 024 keys a pass for heads of 8 values: six heads' scores overflow
+        assert!(shared_bytes(8, 5) <= SHARED_BYTES);
+        assert!(shared_bytes(8, 6) > SHARED_BYTES);
+        assert!(shared_bytes(16, 8) > SHARED_BYTES);
+    }
 }

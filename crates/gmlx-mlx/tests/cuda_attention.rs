@@ -192,8 +192,8 @@ fn the_cuda_decode_attention_matches_the_reference() {
             &mut rng,
         );
     }
-    // more passes than blocks: each block loops over several; then splits left empty (34
-    // passes over 33 blocks, two each)
+    // more passes than blocks: each block loops over several (129 passes over 33 blocks; 34
+    // over 17)
     let s = Heads {
         h: 32,
         hkv: 8,

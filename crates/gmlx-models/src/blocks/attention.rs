@@ -530,7 +530,8 @@ impl Attention {
                     None => None,
                 };
                 if let Some(p) = &decoded {
-                    if let Some(out) = cache.attend_decode(&q, &k, &v, p, self.scale()) {
+                    let at = (position, p);
+                    if let Some(out) = cache.attend_decode(&q, &k, &v, at, self.scale()) {
                         outs.push(out?);
                         continue;
                     }

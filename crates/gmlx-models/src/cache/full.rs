@@ -201,22 +201,24 @@ impl FullKv {
 impl FullKv {
     /// One token's attention by gmlx's CUDA kernel ([`cuda_attention::decode`]): the query `q
     /// [1, heads, 1, head_dim]` against the keys held and the token's own `k`, `v` (at
-    /// `position`, int32, one value: the number held), which the launch writes into the
-    /// buffers; `[1, 1, heads * head_dim]`. `None` where the kernel does not take them (the
+    /// `position`: the number held, and an int32 array of one value holding it), which the
+    /// launch writes into the buffers; `[1, 1, heads * head_dim]`. `None` where the kernel does not take them (the
     /// cache then holds what it held, perhaps in larger or unshared buffers).
     pub fn attend_decode(
         &mut self,
         q: &Array,
         k: &Array,
         v: &Array,
-        position: &Array,
+        position: (i32, &Array),
         scale: f32,
     ) -> Option<Result<Array>> {
         if !cuda_attention::enabled() || self.host.is_some() || self.indexer_keys.is_some() {
             return None;
         }
+        let (at, position) = position;
         let len = self.len();
-        if self.values.len() != len || k.shape().get(2) != Some(&1) {
+        // the kernel writes at the array's position: it must be the one the buffers end at
+        if at != len || self.values.len() != len || k.shape().get(2) != Some(&1) {
             return None;
         }
         let reserved = (

@@ -133,7 +133,7 @@ impl LayerCache {
         q: &Array,
         k: &Array,
         v: &Array,
-        position: &Array,
+        position: (i32, &Array),
         scale: f32,
     ) -> Option<Result<Array>> {
         match self {
@@ -155,9 +155,10 @@ impl LayerCache {
 }
 
 /// One sequence's caches, a layer each, and its position. A clone shares the MLX arrays it
-/// holds (MLX arrays are immutable and appends make new ones) and copies keys and values a CPU
-/// decode moved into host memory, so it forks the sequence: several continuations of one
-/// prefilled prompt.
+/// holds (appends make new ones; a full cache that gmlx's CUDA attention writes in place is
+/// copied first where a clone shares it: `Buffer::reserve_in_place` in `full.rs`) and copies keys
+/// and values a CPU decode moved into host memory, so it forks the sequence: several
+/// continuations of one prefilled prompt.
 #[derive(Debug, Clone)]
 pub struct SequenceCache {
     layers: Vec<LayerCache>,
