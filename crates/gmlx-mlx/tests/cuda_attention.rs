@@ -5,32 +5,12 @@
 //! position, every other position as it was, and a second token after it in the same buffers
 //! (the per-head counters back at zero). Runs where MLX's CUDA backend is loaded (the rented
 //! GPU machine); elsewhere it says so and passes, as the kernel is never taken there.
+mod common;
+
+use common::{host_values as host, tolerance, worst, Lcg};
 use gmlx_mlx::cuda_attention::{self, Decode};
 use gmlx_mlx::runtime::{backend, Backend};
 use gmlx_mlx::{device, Array, Dtype};
-
-/// A small deterministic generator (no dependency): uniform in [0, 1).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 40) as f32 / (1u64 << 24) as f32
-    }
-
-    fn values(&mut self, n: i32, spread: f32) -> Vec<f32> {
-        (0..n).map(|_| (self.next() - 0.5) * spread).collect()
-    }
-}
-
-fn host(a: &Array) -> Vec<f32> {
-    let a = a.as_dtype(Dtype::Float32).expect("cast");
-    a.eval().expect("eval");
-    a.as_slice::<f32>().to_vec()
-}
 
 /// An array of `shape` in `dtype` from `values`, evaluated, and the values as it holds them.
 fn array(values: &[f32], shape: &[i32], dtype: Dtype) -> (Array, Vec<f32>) {
@@ -76,25 +56,6 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], cap: i32, keys: i32, s: Heads) -> 
         }
     }
     out
-}
-
-fn tolerance(dtype: Dtype) -> f64 {
-    match dtype {
-        Dtype::Float32 => 1e-5,
-        Dtype::Float16 => 2e-3,
-        _ => 1e-2,
-    }
-}
-
-/// The largest error of `got` against `reference`, relative to each value plus the
-/// reference's root mean square.
-fn worst(got: &[f32], reference: &[f64]) -> f64 {
-    let rms = (reference.iter().map(|v| v * v).sum::<f64>() / reference.len() as f64).sqrt();
-    assert_eq!(got.len(), reference.len());
-    got.iter()
-        .zip(reference)
-        .map(|(g, r)| (*g as f64 - r).abs() / (r.abs() + rms))
-        .fold(0.0f64, f64::max)
 }
 
 /// Decodes two tokens after `len` cached positions (in buffers of room for them) and checks

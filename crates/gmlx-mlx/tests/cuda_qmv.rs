@@ -8,28 +8,12 @@
 //! loaded (the rented GPU machine); elsewhere it says so and passes, as the kernels are never
 //! taken there. MLX's `qmv` is only compared where it can read the row: in MLX 0.32.2 it faults
 //! ("misaligned address") on a 2-byte element 2 bytes off a 4-byte boundary.
+mod common;
+
+use common::{host_values as host, tolerance, worst, Lcg};
 use gmlx_mlx::qmm::{self, Mode, Packed};
 use gmlx_mlx::runtime::{backend, Backend};
 use gmlx_mlx::{cuda_qmv, device, fast, Array, Dtype};
-
-/// A small deterministic generator (no dependency): uniform in [0, 1).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
-
-fn host(a: &Array) -> Vec<f32> {
-    let a = a.as_dtype(Dtype::Float32).expect("cast");
-    a.eval().expect("eval");
-    a.as_slice::<f32>().to_vec()
-}
 
 /// A random `n x k` MLX affine 4-bit matrix whose scales and biases are in `dtype`: its arrays
 /// and, on the host, its codes and the scales and biases as the kernel reads them.
@@ -107,26 +91,6 @@ fn row(k: i32, dtype: Dtype, offset: i32, rng: &mut Lcg) -> Array {
         .as_dtype(dtype)
         .expect("cast");
     gmlx_mlx::slicing::slice(&long, &[0, offset], &[1, offset + k]).expect("slice")
-}
-
-/// The output's own rounding, plus float32 accumulation over k terms.
-fn tolerance(dtype: Dtype) -> f64 {
-    match dtype {
-        Dtype::Float32 => 1e-5,
-        Dtype::Float16 => 2e-3,
-        _ => 1e-2,
-    }
-}
-
-/// The largest error of `got` against `reference`, relative to each value plus the
-/// reference's root mean square.
-fn worst(got: &[f32], reference: &[f64]) -> f64 {
-    let rms = (reference.iter().map(|v| v * v).sum::<f64>() / reference.len() as f64).sqrt();
-    assert_eq!(got.len(), reference.len());
-    got.iter()
-        .zip(reference)
-        .map(|(g, r)| (*g as f64 - r).abs() / (r.abs() + rms))
-        .fold(0.0f64, f64::max)
 }
 
 /// Checks the kernel on an `n x k` matrix for rows of `dtype`, the row read from `offset`

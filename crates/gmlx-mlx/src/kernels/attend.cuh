@@ -49,6 +49,29 @@ struct GmlxRow8 {
   }
 };
 
+// A pass's PER rows of one thread (rows first, first + ROWS, ...) of a cache of rows of D
+// values: the token's own row `own` at `pos`, zeros from `end` on.
+template <typename T, int D, int PER, int ROWS>
+__device__ __forceinline__ void gmlx_attend_rows(
+    GmlxRow8<T>* rows,
+    const T* cache,
+    const T* own,
+    int first,
+    int end,
+    int pos) {
+#pragma unroll
+  for (int r = 0; r < PER; ++r) {
+    const int j = first + r * ROWS;
+    if (j >= end) {
+      rows[r].zero();
+    } else if (j == pos) {
+      rows[r].read(own);
+    } else {
+      rows[r].load(cache + static_cast<size_t>(j) * D);
+    }
+  }
+}
+
 template <typename T, int D, int G, int PER, int BLOCK>
 __device__ __forceinline__ void gmlx_attend_decode(
     const T* q,
@@ -111,17 +134,7 @@ __device__ __forceinline__ void gmlx_attend_decode(
   for (int c0 = first; c0 < stop; c0 += CHUNK) {
     const int end = min(stop, c0 + CHUNK);
     GmlxRow8<T> rows[PER];
-#pragma unroll
-    for (int r = 0; r < PER; ++r) {
-      const int j = c0 + r * ROWS + row;
-      if (j >= end) {
-        rows[r].zero();
-      } else if (j == pos) {
-        rows[r].read(k + g * D + col);
-      } else {
-        rows[r].load(keys + static_cast<size_t>(j) * D);
-      }
-    }
+    gmlx_attend_rows<T, D, PER, ROWS>(rows, keys, k + g * D + col, c0 + row, end, pos);
     // scores: a row's dot product summed over its LPK lanes (rows never straddle a warp)
 #pragma unroll
     for (int r = 0; r < PER; ++r) {
@@ -172,17 +185,7 @@ __device__ __forceinline__ void gmlx_attend_decode(
         stats[h][0] = m;
       }
     }
-#pragma unroll
-    for (int r = 0; r < PER; ++r) {
-      const int j = c0 + r * ROWS + row;
-      if (j >= end) {
-        rows[r].zero();
-      } else if (j == pos) {
-        rows[r].read(v + g * D + col);
-      } else {
-        rows[r].load(values + static_cast<size_t>(j) * D);
-      }
-    }
+    gmlx_attend_rows<T, D, PER, ROWS>(rows, values, v + g * D + col, c0 + row, end, pos);
     __syncthreads();
 #pragma unroll
     for (int h = 0; h < G; ++h) {

@@ -112,19 +112,28 @@ impl QkvProjection {
         }
     }
 
-    /// [`QkvProjection::forward`] of `norm(x)`: three separate plain projections take the norm
-    /// into their fused CUDA launch ([`Linear::forward_three_normed`]).
-    pub fn forward_normed(&self, x: &Array, norm: &RmsNorm) -> Result<(Array, Array, Array)> {
+    /// The three projections of the separate form (queries, keys, values); `None` for the
+    /// fused one.
+    fn separate(&self) -> Option<[&Linear; 3]> {
         match self {
             QkvProjection::Separate {
                 attn_q,
                 attn_k,
                 attn_v,
-            } => {
-                let [q, k, v] = Linear::forward_three_normed(x, norm, [attn_q, attn_k, attn_v])?;
+            } => Some([attn_q, attn_k, attn_v]),
+            QkvProjection::Fused { .. } => None,
+        }
+    }
+
+    /// [`QkvProjection::forward`] of `norm(x)`: three separate plain projections take the norm
+    /// into their fused CUDA launch ([`Linear::forward_three_normed`]).
+    pub fn forward_normed(&self, x: &Array, norm: &RmsNorm) -> Result<(Array, Array, Array)> {
+        match self.separate() {
+            Some(layers) => {
+                let [q, k, v] = Linear::forward_three_normed(x, norm, layers)?;
                 Ok((q, k, v))
             }
-            QkvProjection::Fused { .. } => self.forward(&norm.forward(x)?),
+            None => self.forward(&norm.forward(x)?),
         }
     }
 
@@ -136,15 +145,9 @@ impl QkvProjection {
         norm: &RmsNorm,
         rope: Rotation<'_>,
     ) -> Result<Option<(Array, Array, Array)>> {
-        let QkvProjection::Separate {
-            attn_q,
-            attn_k,
-            attn_v,
-        } = self
-        else {
+        let Some(layers) = self.separate() else {
             return Ok(None);
         };
-        let layers = [attn_q, attn_k, attn_v];
         let rotated = Linear::forward_three_normed_rotated(x, norm, rope, layers)?;
         Ok(rotated.map(|[q, k, v]| (q, k, v)))
     }

@@ -94,13 +94,10 @@ impl Linear {
         norm: &RmsNorm,
         layers: [&Linear; 3],
     ) -> Result<[Array; 3]> {
-        if layers.iter().all(|l| l.is_plain()) {
-            let weights = layers.map(|l| &l.weight);
-            if let Some(out) = QuantWeight::norm_matmul_three(x, norm.fused(), None, weights)? {
-                return Ok(out);
-            }
+        match Linear::fused_three_normed(x, norm, None, layers)? {
+            Some(out) => Ok(out),
+            None => Linear::forward_three(&norm.forward(x)?, layers),
         }
-        Linear::forward_three(&norm.forward(x)?, layers)
     }
 
     /// [`Linear::forward_three_normed`] with the first two products rotated by `rope` in the
@@ -111,6 +108,16 @@ impl Linear {
         rope: Rotation<'_>,
         layers: [&Linear; 3],
     ) -> Result<Option<[Array; 3]>> {
+        Linear::fused_three_normed(x, norm, Some(rope), layers)
+    }
+
+    /// The fused kernel's normed three products, `None` where it does not take them.
+    fn fused_three_normed(
+        x: &Array,
+        norm: &RmsNorm,
+        rope: Option<Rotation<'_>>,
+        layers: [&Linear; 3],
+    ) -> Result<Option<[Array; 3]>> {
         if !layers.iter().all(|l| l.is_plain()) {
             return Ok(None);
         }
@@ -118,7 +125,7 @@ impl Linear {
         Ok(QuantWeight::norm_matmul_three(
             x,
             norm.fused(),
-            Some(rope),
+            rope,
             weights,
         )?)
     }

@@ -311,8 +311,7 @@ impl Buffer {
         let needed = self.len + shape[2];
         let shared = Arc::strong_count(&self.owner) > 1;
         if self.data.is_none() || needed > self.capacity() || shared {
-            let capacity = (needed + CHUNK_TOKENS - 1) / CHUNK_TOKENS * CHUNK_TOKENS;
-            let capacity = capacity.max(self.capacity());
+            let capacity = room_for(needed).max(self.capacity());
             self.data = Some(grow(self.data.take(), shape, capacity, self.len, x)?);
             self.owner = Arc::default();
         }
@@ -334,7 +333,7 @@ impl Buffer {
         let n = shape[2];
         let needed = self.len + n;
         if needed > self.capacity() {
-            let capacity = (needed + CHUNK_TOKENS - 1) / CHUNK_TOKENS * CHUNK_TOKENS;
+            let capacity = room_for(needed);
             self.data = Some(grow(self.data.take(), &shape, capacity, self.len, x)?);
         }
         let Some(data) = self.data.take() else {
@@ -347,13 +346,16 @@ impl Buffer {
             &[shape[0], shape[1], needed, shape[3]],
         )?;
         self.len = needed;
-        let s = data.shape().to_vec();
-        let filled = slice(&data, &[0, 0, 0, 0], &[s[0], s[1], self.len, s[3]])?;
         self.data = Some(data);
         // MLX's update writes in place only into an array nothing else holds, else into a copy
         self.owner = Arc::default();
-        Ok(filled)
+        self.read()
     }
+}
+
+/// Positions a buffer holding `needed` allocates: whole chunks of [`CHUNK_TOKENS`].
+fn room_for(needed: i32) -> i32 {
+    (needed + CHUNK_TOKENS - 1) / CHUNK_TOKENS * CHUNK_TOKENS
 }
 
 /// A buffer of `capacity` positions holding the first `len` positions of `old`.
