@@ -41,6 +41,9 @@ pub const FUSE_VAR: &str = "GMLX_CUDA_QMV_FUSE";
 /// add after ([`norm_matmul_three`], [`norm_silu_glu`], [`matmul_add`]), leaving the rest.
 pub const FUSE_NORM_ADD_VAR: &str = "GMLX_CUDA_QMV_FUSE_NORM_ADD";
 
+/// The environment variable that turns on (`1`) the normed kernels' weight prefetch.
+pub const PREFETCH_VAR: &str = "GMLX_CUDA_QMV_PREFETCH";
+
 const HEADER: &str = include_str!("kernels/qmv4.cuh");
 
 /// Rows of the matrix per warp (each activation converted once serves them all):
@@ -455,13 +458,21 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
     one(outputs)
 }
 
-/// A normed kernel's constants: `EPS` (the epsilon's float bits) and `BLOCK` (threads per
-/// block, over which the kernel norms its row).
-fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 2] {
+/// A normed kernel's constants: `EPS` (the epsilon's float bits), `BLOCK` (threads per
+/// block, over which the kernel norms its row) and `PREFETCH` ([`prefetch_enabled`]).
+fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 3] {
     [
         (c"EPS", norm.eps.to_bits() as i32),
         (c"BLOCK", 32 * which.warps_per_block()),
+        (c"PREFETCH", i32::from(prefetch_enabled())),
     ]
+}
+
+/// Whether a normed kernel asks the L2 cache for its warps' first weights before its norm
+/// (`GMLX_CUDA_QMV_PREFETCH=1`; off by default until measured faster on a GPU).
+fn prefetch_enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var(PREFETCH_VAR).is_ok_and(|v| v.trim() == "1"))
 }
 
 /// The kernels' template types: `T` (the row's and outputs' dtype), `S` (the matrices'

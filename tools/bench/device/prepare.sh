@@ -27,7 +27,7 @@ target=$CARGO_TARGET_DIR
 ../shared/tools/mlx-cuda-carry.sh
 # the pinned llama.cpp sources without models/ and docs/ (for llama-bench with CUDA and gguf-py)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download --quiet --no-binary :all: --no-deps llama-cpp-python==0.3.36 -d "$tmp"
+python3 -m pip download --quiet --no-binary llama-cpp-python --no-deps llama-cpp-python==0.3.36 -d "$tmp"
 tar xzf "$tmp"/llama_cpp_python-0.3.36.tar.gz -C "$tmp"
 src="$tmp/llama_cpp_python-0.3.36/vendor/llama.cpp"
 rm -rf "$src"/models/*.gguf* "$src"/docs "$src"/benches "$src"/media

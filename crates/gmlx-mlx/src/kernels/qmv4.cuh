@@ -134,6 +134,58 @@ __device__ __forceinline__ void gmlx_qmv4_point(
   }
 }
 
+// Asks the L2 cache for what gmlx_qmv4_dot first loads of rows row0 .. row0 + ROWS of a matrix
+// (the codes, scales and biases of its first 32 * INFLIGHT groups per row), one 128-byte line
+// per lane, without waiting: a normed kernel calls it before its norm, so that its first DRAM
+// reads run under the norm instead of after it.
+template <int K, int ROWS, typename S>
+__device__ __forceinline__ void gmlx_qmv4_prefetch(
+    const uint32_t* w,
+    const S* scales,
+    const S* biases,
+    int n,
+    int row0) {
+  constexpr int GROUPS = K / 32 < 128 ? K / 32 : 128;
+  constexpr int CODE_LINES = (GROUPS * 16 + 127) / 128;
+  constexpr int SIDE_LINES = (GROUPS * static_cast<int>(sizeof(S)) + 127) / 128;
+  constexpr int LINES = CODE_LINES + 2 * SIDE_LINES;
+  const uint32_t* wr[ROWS];
+  const S* sr[ROWS];
+  const S* br[ROWS];
+  gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    for (int i = lane; i < LINES; i += 32) {
+      const char* line = i < CODE_LINES
+          ? reinterpret_cast<const char*>(wr[r]) + i * 128
+          : i < CODE_LINES + SIDE_LINES
+          ? reinterpret_cast<const char*>(sr[r]) + (i - CODE_LINES) * 128
+          : reinterpret_cast<const char*>(br[r]) + (i - CODE_LINES - SIDE_LINES) * 128;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(line)));
+    }
+  }
+}
+
+// gmlx_qmv4_prefetch of the rows gmlx_qmv4_three gives this warp.
+template <int K, int N0, int N1, int N2, int ROWS, typename S>
+__device__ __forceinline__ void gmlx_qmv4_three_prefetch(
+    const uint32_t* w0, const S* s0, const S* b0,
+    const uint32_t* w1, const S* s1, const S* b1,
+    const uint32_t* w2, const S* s2, const S* b2) {
+  constexpr int WARPS0 = (N0 + ROWS - 1) / ROWS;
+  constexpr int WARPS1 = (N1 + ROWS - 1) / ROWS;
+  constexpr int WARPS2 = (N2 + ROWS - 1) / ROWS;
+  const int warp = gmlx_warp_index();
+  if (warp < WARPS0) {
+    gmlx_qmv4_prefetch<K, ROWS>(w0, s0, b0, N0, warp * ROWS);
+  } else if (warp < WARPS0 + WARPS1) {
+    gmlx_qmv4_prefetch<K, ROWS>(w1, s1, b1, N1, (warp - WARPS0) * ROWS);
+  } else if (warp < WARPS0 + WARPS1 + WARPS2) {
+    gmlx_qmv4_prefetch<K, ROWS>(w2, s2, b2, N2, (warp - WARPS0 - WARPS1) * ROWS);
+  }
+}
+
 // The rotation of a block's queries or keys at one position, taken by a product's rows before
 // they are written: MLX's `traditional` rotation of a head's rows 2i and 2i + 1 by angle
 // t * inv_freq[i], over the first rd of each head's d rows. A warp's ROWS rows (even) start at
