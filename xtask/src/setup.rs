@@ -107,7 +107,9 @@ fn llama_cpp_sources(cache: &Path) -> Result<PathBuf> {
     eprintln!("xtask: downloading llama-cpp-python {LLAMA_CPP_PYTHON} (llama.cpp sources, 77 MB)");
     run_command(
         Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--no-binary", ":all:"])
+            // the sdist of llama-cpp-python alone: `:all:` would also build its build tools
+            // (cmake among them) from source to read its metadata, minutes on a cold machine
+            .args(["-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python"])
             .args(["--require-hashes", "-r"])
             .arg(&req)
             .arg("-d")
