@@ -109,8 +109,8 @@ fn llama_cpp_sources(cache: &Path) -> Result<PathBuf> {
         Command::new("python3")
             // the sdist of llama-cpp-python alone: `:all:` would also build its build tools
             // (cmake among them) from source to read its metadata, minutes on a cold machine
-            .args(["-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python"])
-            .args(["--require-hashes", "-r"])
+            .args(["-m", "pip", "download", "--no-deps"])
+            .args(["--no-binary", "llama-cpp-python", "--require-hashes", "-r"])
             .arg(&req)
             .arg("-d")
             .arg(&work),
