@@ -1,10 +1,11 @@
 //! gmlx's CUDA decode attention (`gmlx_mlx::cuda_attention`) against softmax attention summed
 //! in float64 on the host, for bfloat16, float16 and float32, groups of 1 to 8 query heads of
 //! 64, 128 and 256 values, and cache lengths on both sides of a pass (a thread block's keys at
-//! once) up to many passes per block and blocks left without keys; and the caches it writes in place: the token's key and value at its
-//! position, every other position as it was, and a second token after it in the same buffers
-//! (the per-head counters back at zero). Runs where MLX's CUDA backend is loaded (the rented
-//! GPU machine); elsewhere it says so and passes, as the kernel is never taken there.
+//! once) up to many passes per block and blocks left without keys; and the caches it writes in
+//! place: the token's key and value at its position, every other position as it was, and a
+//! second token after it in the same buffers (the per-head counters back at zero). Runs where
+//! MLX's CUDA backend is loaded (the rented GPU machine); elsewhere it says so and passes, as
+//! the kernel is never taken there.
 mod common;
 
 use common::{host_values as host, tolerance, worst, Lcg};

@@ -18,6 +18,34 @@ __device__ __forceinline__ int gmlx_warp_index() {
   return blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 }
 
+// Groups per row and lane whose loads gmlx_qmv4_dot issues before it uses any.
+enum { GMLX_QMV4_INFLIGHT = 4 };
+
+// Which of three matrices a warp takes and its first row there: the first warps take W0's
+// rows, then W1's, then W2's (ROWS each); `matrix` 3 for a warp past them all.
+struct GmlxShare {
+  int matrix;
+  int row0;
+};
+
+template <int N0, int N1, int N2, int ROWS>
+__device__ __forceinline__ GmlxShare gmlx_qmv4_three_share() {
+  constexpr int WARPS0 = (N0 + ROWS - 1) / ROWS;
+  constexpr int WARPS1 = (N1 + ROWS - 1) / ROWS;
+  constexpr int WARPS2 = (N2 + ROWS - 1) / ROWS;
+  const int warp = gmlx_warp_index();
+  if (warp < WARPS0) {
+    return GmlxShare{0, warp * ROWS};
+  }
+  if (warp < WARPS0 + WARPS1) {
+    return GmlxShare{1, (warp - WARPS0) * ROWS};
+  }
+  if (warp < WARPS0 + WARPS1 + WARPS2) {
+    return GmlxShare{2, (warp - WARPS0 - WARPS1) * ROWS};
+  }
+  return GmlxShare{3, 0};
+}
+
 // acc[r] = row r . x for the R rows whose codes, scales and biases start at w[r], s[r], b[r]:
 // the whole warp's sum, in every lane.
 template <int K, int R, typename S, typename T>
@@ -28,7 +56,7 @@ __device__ __forceinline__ void gmlx_qmv4_dot(
     const T* x,
     float* acc) {
   constexpr int GROUPS = K / 32;
-  constexpr int INFLIGHT = 4;
+  constexpr int INFLIGHT = GMLX_QMV4_INFLIGHT;
   const int lane = threadIdx.x & 31;
   const bool x_aligned = (reinterpret_cast<size_t>(x) & 15) == 0;
 #pragma unroll
@@ -135,9 +163,9 @@ __device__ __forceinline__ void gmlx_qmv4_point(
 }
 
 // Asks the L2 cache for what gmlx_qmv4_dot first loads of rows row0 .. row0 + ROWS of a matrix
-// (the codes, scales and biases of its first 32 * INFLIGHT groups per row), one 128-byte line
-// per lane, without waiting: a normed kernel calls it before its norm, so that its first DRAM
-// reads run under the norm instead of after it.
+// (the codes, scales and biases of its first 32 * GMLX_QMV4_INFLIGHT groups per row), one
+// 128-byte line per lane, without waiting: a normed kernel calls it before its norm, so that its
+// first DRAM reads run under the norm instead of after it.
 template <int K, int ROWS, typename S>
 __device__ __forceinline__ void gmlx_qmv4_prefetch(
     const uint32_t* w,
@@ -145,7 +173,8 @@ __device__ __forceinline__ void gmlx_qmv4_prefetch(
     const S* biases,
     int n,
     int row0) {
-  constexpr int GROUPS = K / 32 < 128 ? K / 32 : 128;
+  constexpr int FIRST = 32 * GMLX_QMV4_INFLIGHT;
+  constexpr int GROUPS = K / 32 < FIRST ? K / 32 : FIRST;
   constexpr int CODE_LINES = (GROUPS * 16 + 127) / 128;
   constexpr int SIDE_LINES = (GROUPS * static_cast<int>(sizeof(S)) + 127) / 128;
   constexpr int LINES = CODE_LINES + 2 * SIDE_LINES;
@@ -173,16 +202,13 @@ __device__ __forceinline__ void gmlx_qmv4_three_prefetch(
     const uint32_t* w0, const S* s0, const S* b0,
     const uint32_t* w1, const S* s1, const S* b1,
     const uint32_t* w2, const S* s2, const S* b2) {
-  constexpr int WARPS0 = (N0 + ROWS - 1) / ROWS;
-  constexpr int WARPS1 = (N1 + ROWS - 1) / ROWS;
-  constexpr int WARPS2 = (N2 + ROWS - 1) / ROWS;
-  const int warp = gmlx_warp_index();
-  if (warp < WARPS0) {
-    gmlx_qmv4_prefetch<K, ROWS>(w0, s0, b0, N0, warp * ROWS);
-  } else if (warp < WARPS0 + WARPS1) {
-    gmlx_qmv4_prefetch<K, ROWS>(w1, s1, b1, N1, (warp - WARPS0) * ROWS);
-  } else if (warp < WARPS0 + WARPS1 + WARPS2) {
-    gmlx_qmv4_prefetch<K, ROWS>(w2, s2, b2, N2, (warp - WARPS0 - WARPS1) * ROWS);
+  const GmlxShare share = gmlx_qmv4_three_share<N0, N1, N2, ROWS>();
+  if (share.matrix == 0) {
+    gmlx_qmv4_prefetch<K, ROWS>(w0, s0, b0, N0, share.row0);
+  } else if (share.matrix == 1) {
+    gmlx_qmv4_prefetch<K, ROWS>(w1, s1, b1, N1, share.row0);
+  } else if (share.matrix == 2) {
+    gmlx_qmv4_prefetch<K, ROWS>(w2, s2, b2, N2, share.row0);
   }
 }
 
@@ -278,8 +304,8 @@ __device__ __forceinline__ void gmlx_qmv4_silu_rows(
   }
 }
 
-// The three matrices' rows by warp: the first warps take W0's rows, then W1's, then W2's; W0's
-// and W1's rows rotated by `rope` where its inv_freq is given (queries and keys).
+// The three matrices' rows by warp (gmlx_qmv4_three_share); W0's and W1's rows rotated by
+// `rope` where its inv_freq is given (queries and keys).
 template <int K, int N0, int N1, int N2, int ROWS, typename S, typename T>
 __device__ __forceinline__ void gmlx_qmv4_three(
     const uint32_t* w0, const S* s0, const S* b0,
@@ -287,17 +313,14 @@ __device__ __forceinline__ void gmlx_qmv4_three(
     const uint32_t* w2, const S* s2, const S* b2,
     const T* x, T* y0, T* y1, T* y2,
     GmlxRope rope = GmlxRope{nullptr, 0.0f, 0, 0}) {
-  constexpr int WARPS0 = (N0 + ROWS - 1) / ROWS;
-  constexpr int WARPS1 = (N1 + ROWS - 1) / ROWS;
-  constexpr int WARPS2 = (N2 + ROWS - 1) / ROWS;
-  const int warp = gmlx_warp_index();
+  const GmlxShare share = gmlx_qmv4_three_share<N0, N1, N2, ROWS>();
   const T* no_residual = nullptr;
-  if (warp < WARPS0) {
-    gmlx_qmv4_rows<K, ROWS>(w0, s0, b0, x, y0, N0, warp * ROWS, no_residual, rope);
-  } else if (warp < WARPS0 + WARPS1) {
-    gmlx_qmv4_rows<K, ROWS>(w1, s1, b1, x, y1, N1, (warp - WARPS0) * ROWS, no_residual, rope);
-  } else if (warp < WARPS0 + WARPS1 + WARPS2) {
-    gmlx_qmv4_rows<K, ROWS>(w2, s2, b2, x, y2, N2, (warp - WARPS0 - WARPS1) * ROWS);
+  if (share.matrix == 0) {
+    gmlx_qmv4_rows<K, ROWS>(w0, s0, b0, x, y0, N0, share.row0, no_residual, rope);
+  } else if (share.matrix == 1) {
+    gmlx_qmv4_rows<K, ROWS>(w1, s1, b1, x, y1, N1, share.row0, no_residual, rope);
+  } else if (share.matrix == 2) {
+    gmlx_qmv4_rows<K, ROWS>(w2, s2, b2, x, y2, N2, share.row0);
   }
 }
 

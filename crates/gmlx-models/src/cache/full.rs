@@ -202,8 +202,9 @@ impl FullKv {
     /// One token's attention by gmlx's CUDA kernel ([`cuda_attention::decode`]): the query `q
     /// [1, heads, 1, head_dim]` against the keys held and the token's own `k`, `v` (at
     /// `position`: the number held, and an int32 array of one value holding it), which the
-    /// launch writes into the buffers; `[1, 1, heads * head_dim]`. `None` where the kernel does not take them (the
-    /// cache then holds what it held, perhaps in larger or unshared buffers).
+    /// launch writes into the buffers; `[1, 1, heads * head_dim]`. `None` where the kernel does
+    /// not take them (the cache then holds what it held, perhaps in larger or unshared
+    /// buffers).
     pub fn attend_decode(
         &mut self,
         q: &Array,
