@@ -74,6 +74,33 @@ static SPEC: Spec = Spec {
     outputs: &["out", "part"],
 };
 
+/// The environment variable that turns on (`1`) the decode position's copy into the GPU's
+/// memory ([`position_array`]).
+pub const POSITION_COPY_VAR: &str = "GMLX_CUDA_POSITION_COPY";
+
+/// A decode step's position as the fused kernels read it (int32, its first value: this
+/// kernel's and [`crate::cuda_qmv::norm_rope_matmul_three`]'s): `[1]` made on the host, or with
+/// `GMLX_CUDA_POSITION_COPY=1` on CUDA [`copied_position`]. MLX keeps arrays of 8 bytes or
+/// less in host memory that the GPU reads across the bus (its scalar pool), where each kernel
+/// reading the position waits for it.
+pub fn position_array(position: i32) -> Array {
+    static COPY: OnceLock<bool> = OnceLock::new();
+    let copy = *COPY.get_or_init(|| {
+        std::env::var(POSITION_COPY_VAR).is_ok_and(|v| v.trim() == "1")
+            && crate::runtime::backend().is_ok_and(|b| b == Backend::Cuda)
+    });
+    copy.then(|| copied_position(position).ok())
+        .flatten()
+        .unwrap_or_else(|| Array::from_slice(&[position], &[1]))
+}
+
+/// `position` four times, int32 `[4]`, written by an operation on the default stream: on the
+/// GPU a 16-byte array in the GPU's memory (one launch reads the host's value once).
+pub fn copied_position(position: i32) -> Result<Array> {
+    let host = Array::from_slice(&[position], &[1]);
+    Ok(mlx_rs::ops::broadcast_to(&host, &[4])?.contiguous()?)
+}
+
 /// Whether the kernel is on: MLX's CUDA backend, `GMLX_CUDA_ATTENTION` not `0`.
 pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
@@ -85,7 +112,8 @@ pub fn enabled() -> bool {
 
 /// One token's attention: `q [1, H, 1, D]`, its key and value `k`, `v [1, HKV, 1, D]`, the
 /// layer's caches `keys`, `values [1, HKV, capacity, D]` whose first `len` positions are
-/// filled, `position` (int32, one value: `len`; the kernel writes the caches there).
+/// filled, `position` (int32, its first value `len`: [`position_array`]; the kernel writes the
+/// caches there).
 ///
 /// The caches must be whole row-contiguous arrays (MLX would hand the kernel a copy of any
 /// other, and the writes would be lost), held by the caller alone. MLX sees them as the
@@ -138,7 +166,7 @@ pub fn fits(d: &Decode<'_>) -> bool {
             .iter()
             .all(|a| a.dtype() == dtype)
         && d.position.dtype() == Dtype::Int32
-        && d.position.size() == 1
+        && d.position.size() >= 1
         && d.scale.is_finite()
         && d.scale > 0.0
         && enabled()
@@ -232,5 +260,14 @@ mod tests {
         assert!(shared_bytes(8, 5) <= SHARED_BYTES);
         assert!(shared_bytes(8, 6) > SHARED_BYTES);
         assert!(shared_bytes(16, 8) > SHARED_BYTES);
+    }
+
+    #[test]
+    fn a_copied_position_holds_the_position_first() {
+        let copied = copied_position(8_191).expect("copied");
+        assert_eq!(copied.dtype(), Dtype::Int32);
+        assert_eq!(copied.as_slice::<i32>(), [8_191; 4]);
+        // without the setting the host's one value
+        assert_eq!(position_array(5).as_slice::<i32>(), [5]);
     }
 }

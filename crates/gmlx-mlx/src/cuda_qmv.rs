@@ -200,7 +200,7 @@ pub struct Norm<'a> {
 pub struct Rotation<'a> {
     /// float32 `[dims / 2]`.
     pub inv_freqs: &'a Array,
-    /// int32, one value.
+    /// int32, its first value ([`crate::cuda_attention::position_array`]).
     pub position: &'a Array,
     pub head_dim: i32,
     pub dims: i32,
@@ -223,7 +223,7 @@ pub fn rotation_fits(x: &Array, rope: Rotation<'_>, p: &[Packed<'_>; 3]) -> bool
         && rope.inv_freqs.dtype() == Dtype::Float32
         && rope.inv_freqs.shape() == [rope.dims / 2]
         && rope.position.dtype() == Dtype::Int32
-        && rope.position.size() == 1
+        && rope.position.size() >= 1
         && rope.position_scale.is_finite()
 }
 

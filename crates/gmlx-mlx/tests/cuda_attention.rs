@@ -79,7 +79,12 @@ fn check(s: Heads, len: i32, dtype: Dtype, rng: &mut Lcg) {
             want_k[at..at + s.d as usize].copy_from_slice(&ks[row.clone()]);
             want_v[at..at + s.d as usize].copy_from_slice(&vs[row]);
         }
-        let pos = Array::from_slice(&[position], &[1]);
+        // the position as the host makes it, then as the GPU copies it (GMLX_CUDA_POSITION_COPY)
+        let pos = if step == 0 {
+            Array::from_slice(&[position], &[1])
+        } else {
+            cuda_attention::copied_position(position).expect("copied")
+        };
         let d = Decode {
             q: &q,
             k: &k,

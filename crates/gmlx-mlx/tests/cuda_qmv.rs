@@ -13,7 +13,7 @@ mod common;
 use common::{host_values as host, tolerance, worst, Lcg};
 use gmlx_mlx::qmm::{self, Mode, Packed};
 use gmlx_mlx::runtime::{backend, Backend};
-use gmlx_mlx::{cuda_qmv, device, fast, Array, Dtype};
+use gmlx_mlx::{cuda_attention, cuda_qmv, device, fast, Array, Dtype};
 
 /// A random `n x k` MLX affine 4-bit matrix whose scales and biases are in `dtype`: its arrays
 /// and, on the host, its codes and the scales and biases as the kernel reads them.
@@ -235,7 +235,13 @@ fn check_norm_rope_three(
         .collect();
     let inv_array = Array::from_slice(&inv_freqs, &[dims / 2]);
     let position = 1234;
-    let position_array = Array::from_slice(&[position], &[1]);
+    // the position as the GPU copies it (GMLX_CUDA_POSITION_COPY) for float32 rows, as the host
+    // makes it for the others
+    let position_array = if dtype == Dtype::Float32 {
+        cuda_attention::copied_position(position).expect("copied")
+    } else {
+        Array::from_slice(&[position], &[1])
+    };
     let rope = cuda_qmv::Rotation {
         inv_freqs: &inv_array,
         position: &position_array,

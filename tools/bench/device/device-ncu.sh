@@ -16,12 +16,14 @@ for i in $(seq 1 60); do [ $(cat /root/gen-*.log | grep -c "gen rc") -ge ${FILES
 F=/root/cache/bench/llama3-8b-Q4_0.gguf
 M=gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread
 # the deep run profiles only the decode attention (the prompt's own kernels would be thousands)
-runs=("16 ncu-decode .")
+# the 16-token run skips the load's and the prompt's launches (SKIP, about 2 900 on the 8B shape:
+# profiling them takes minutes) and profiles COUNT after them (1 200: about five decode steps)
+runs=("16 ncu-decode . --launch-skip ${SKIP:-2900} --launch-count ${COUNT:-1200}")
 [ "${DEEP:-1}" = 1 ] && runs+=("${DEPTH:-8000} ncu-decode-deep gmlx_attend_decode")
 for run in "${runs[@]}"; do
   set -- $run
-  timeout ${LIMIT:-200} $NCU --clock-control none --metrics $M -k regex:$3 --csv --print-summary per-kernel /root/bin/gmlx run $F \
-    --device gpu --dtype bfloat16 --bench $1 --bench-decode ${DECODE:-16} > $OUT/$2.csv 2> $OUT/$2.log
+  timeout ${LIMIT:-200} $NCU --clock-control none ${4:-} ${5:-} ${6:-} ${7:-} --metrics $M -k regex:$3 --csv --print-summary per-kernel /root/bin/gmlx run $F \
+    --device gpu --dtype bfloat16 --bench $1 --bench-decode ${DECODE:-32} > $OUT/$2.csv 2> $OUT/$2.log
   echo "## $2 (prompt $1): rc $?"
   python3 tools/bench/device/ncu_summary.py $OUT/$2.csv | head -40
 done

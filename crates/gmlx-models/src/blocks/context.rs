@@ -46,13 +46,14 @@ impl<'a, 's> ForwardCtx<'a, 's> {
         }
     }
 
-    /// The first row's position, int32 `[1]` (what a fused CUDA kernel reads it from; one
-    /// array for every block of the pass); `None` without rows.
+    /// The first row's position, int32, its first value (what a fused CUDA kernel reads it
+    /// from: [`gmlx_mlx::cuda_attention::position_array`]; one array for every block of the
+    /// pass); `None` without rows.
     pub fn first_position(&mut self) -> Option<Array> {
         let first = *self.positions.first()?;
         Some(
             self.first_position
-                .get_or_insert_with(|| Array::from_slice(&[first], &[1]))
+                .get_or_insert_with(|| gmlx_mlx::cuda_attention::position_array(first))
                 .clone(),
         )
     }
