@@ -12,7 +12,8 @@
 //! are never written, so views of the filled part taken earlier keep their values.
 //!
 //! A thread block takes one key/value head with all its query heads, and a range of the keys:
-//! at most [`TARGET_BLOCKS`] blocks per launch (a decode step has few; each issues all of a
+//! at most [`TARGET_BLOCKS`] blocks per launch (`GMLX_CUDA_ATTENTION_BLOCKS` sets another
+//! number; a decode step has few; each issues all of a
 //! pass's loads before it uses any). Where a head has several ranges, each block leaves its
 //! partial sums and the last one to finish combines them (a per-head counter, kept in a small
 //! array of this thread's that every launch leaves at zero). `GMLX_CUDA_ATTENTION=0` turns the
@@ -33,8 +34,26 @@ const PER: i32 = 8;
 
 const THREADS: i32 = 128;
 
-/// Thread blocks a launch aims at (two per streaming multiprocessor of an H100).
+/// Thread blocks a launch aims at by default (two per streaming multiprocessor of an H100).
 pub const TARGET_BLOCKS: i32 = 264;
+
+/// The environment variable that sets the blocks a launch aims at ([`target_blocks`]).
+pub const BLOCKS_VAR: &str = "GMLX_CUDA_ATTENTION_BLOCKS";
+
+/// Thread blocks a launch aims at: `GMLX_CUDA_ATTENTION_BLOCKS` (8 to 8 192), else
+/// [`TARGET_BLOCKS`]. After 8 000 tokens of the Llama-3-8B shape the default gives 256 blocks of
+/// four passes each (`docs/performance.md`); more blocks take fewer passes each and leave more
+/// partial sums for the last block of each head to combine.
+fn target_blocks() -> i32 {
+    static BLOCKS: OnceLock<i32> = OnceLock::new();
+    *BLOCKS.get_or_init(|| {
+        std::env::var(BLOCKS_VAR)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|b| (8..=8192).contains(b))
+            .unwrap_or(TARGET_BLOCKS)
+    })
+}
 
 /// Key/value heads the counters serve.
 const MAX_KV_HEADS: i32 = 4096;
@@ -58,10 +77,10 @@ fn shared_bytes(head_dim: i32, group: i32) -> i32 {
 }
 
 /// Thread blocks per key/value head for `keys` keys of `head_dim` values: ranges of whole
-/// passes, as even as they come, at most [`TARGET_BLOCKS`] in all.
-fn splits(keys: i32, head_dim: i32, kv_heads: i32) -> i32 {
+/// passes, as even as they come, at most `target` blocks in all ([`target_blocks`]).
+fn splits(keys: i32, head_dim: i32, kv_heads: i32, target: i32) -> i32 {
     let passes = (keys + chunk(head_dim) - 1) / chunk(head_dim);
-    let most = (TARGET_BLOCKS / kv_heads).max(1);
+    let most = (target / kv_heads).max(1);
     let per_split = (passes + most - 1) / most;
     (passes + per_split - 1) / per_split
 }
@@ -185,7 +204,7 @@ pub fn decode(d: Decode<'_>) -> Result<Array> {
     }
     let (heads, kv_heads, dim) = (d.q.shape()[1], d.k.shape()[1], d.q.shape()[3]);
     let group = heads / kv_heads;
-    let splits = splits(d.len + 1, dim, kv_heads);
+    let splits = splits(d.len + 1, dim, kv_heads, target_blocks());
     let width = [1, 1, heads * dim];
     let part = [kv_heads * splits * group * (dim + 2)];
     let inputs = [
@@ -243,12 +262,19 @@ mod tests {
     fn blocks_split_the_keys_evenly_within_the_target() {
         // Llama-3-8B's attention: 8 key/value heads of 128 values, 64 keys a pass
         assert_eq!(chunk(128), 64);
-        assert_eq!(splits(1, 128, 8), 1);
-        assert_eq!(splits(640, 128, 8), 10);
-        assert_eq!(splits(8193, 128, 8), 33);
+        let t = TARGET_BLOCKS;
+        assert_eq!(splits(1, 128, 8, t), 1);
+        assert_eq!(splits(640, 128, 8, t), 10);
+        assert_eq!(splits(8193, 128, 8, t), 33);
         // 34 passes over at most 33 blocks: two passes each, none left empty
-        assert_eq!(splits(33 * 64 + 6, 128, 8), 17);
-        assert_eq!(splits(100_000, 64, 3), 87);
+        assert_eq!(splits(33 * 64 + 6, 128, 8, t), 17);
+        assert_eq!(splits(100_000, 64, 3, t), 87);
+        // after 8 000 tokens: 126 passes, four per block by default, one each from 1 008 blocks
+        assert_eq!(splits(8001, 128, 8, t), 32);
+        assert_eq!(splits(8001, 128, 8, 1008), 126);
+        assert_eq!(splits(8001, 128, 8, 512), 63);
+        // fewer blocks than heads: one block per head
+        assert_eq!(splits(8001, 128, 8, 4), 1);
     }
 
     #[test]

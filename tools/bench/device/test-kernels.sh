@@ -3,8 +3,9 @@
 # dequantization (test-cuda-qmv.txt) and the decode attention's (test-cuda-attention.txt), and where
 # one fails, again under compute-sanitizer (the
 # faulting access and its address; test-cuda-qmv-sanitizer.txt). TEST_ENV: settings (VAR=value,
-# comma-separated, space between settings) under which the 4-bit kernels' test runs again
-# (test-cuda-qmv-<n>.txt), e.g. TEST_ENV="GMLX_CUDA_QMV_MIN_WARPS=32"; DEFAULTS=0 runs only those.
+# comma-separated, space between settings) under which both tests run again
+# (test-cuda-qmv-<n>.txt, test-cuda-attention-<n>.txt), e.g.
+# TEST_ENV="GMLX_CUDA_ATTENTION_BLOCKS=1008"; DEFAULTS=0 runs only those.
 if [ "${DEFAULTS:-1}" = 1 ]; then
 echo "## test_cuda_qmv"; GMLX_CUDA_QMV=1 /root/bin/test_cuda_qmv --nocapture 2>&1 | tail -40 | tee $OUT/test-cuda-qmv.txt
 if grep -q "test result: FAILED\|panicked" $OUT/test-cuda-qmv.txt && command -v compute-sanitizer > /dev/null; then
@@ -16,6 +17,7 @@ if grep -q "test result: FAILED\|panicked" $OUT/test-cuda-attention.txt && comma
 fi
 fi
 n=0; for e in ${TEST_ENV:-}; do
-  n=$((n + 1)); echo "## test_cuda_qmv with $e"
+  n=$((n + 1)); echo "## test_cuda_qmv and test_cuda_attention with $e"
   env GMLX_CUDA_QMV=1 ${e//,/ } /root/bin/test_cuda_qmv --nocapture 2>&1 | tail -8 | tee $OUT/test-cuda-qmv-$n.txt
+  env GMLX_CUDA_ATTENTION=1 ${e//,/ } /root/bin/test_cuda_attention --nocapture 2>&1 | tail -8 | tee $OUT/test-cuda-attention-$n.txt
 done
