@@ -3,7 +3,8 @@
 # kernels' test (TEST=0 skips it), then `gmlx run --bench` on
 # the Llama-3-8B-shaped Q4_0 file and the SmolLM2-135M-shaped one with the fused kernels off and
 # on (GMLX_CUDA_QMV_FUSE), alternating ROUNDS times (2; SMALL_VARIANTS, VARIANTS by default,
-# are the SmolLM2 file's), then, where the machine has nsys, a
+# are the SmolLM2 file's; PROMPT the tokens before the decode, 512), then, where the machine has
+# nsys, a
 # profile of a short decode on each file: kernels, CUDA API calls and MLX's NVTX ranges (its
 # host work per primitive).
 set -u
@@ -17,7 +18,7 @@ for round in $(seq 1 ${ROUNDS:-2}); do
     variants=$VARIANTS; [ $f = $FS ] && variants=${SMALL_VARIANTS:-$VARIANTS}
     for v in $variants; do
       echo "## $(basename $f) round $round $v"
-      env ${v//,/ } timeout 100 /root/bin/gmlx run $f --device gpu --dtype bfloat16 --bench 512 --bench-decode 128 2>&1 | grep -v "^\s*$" | tail -2
+      env ${v//,/ } timeout 100 /root/bin/gmlx run $f --device gpu --dtype bfloat16 --bench ${PROMPT:-512} --bench-decode 128 2>&1 | grep -v "^\s*$" | tail -2
     done
   done
 done 2>&1 | tee $OUT/bench-fuse.txt
