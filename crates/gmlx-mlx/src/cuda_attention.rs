@@ -12,12 +12,11 @@
 //! are never written, so views of the filled part taken earlier keep their values.
 //!
 //! A thread block takes one key/value head with all its query heads, and a range of the keys:
-//! at most [`TARGET_BLOCKS`] blocks per launch (`GMLX_CUDA_ATTENTION_BLOCKS` sets another
-//! number; a decode step has few; each issues all of a
-//! pass's loads before it uses any). Where a head has several ranges, each block leaves its
-//! partial sums and the last one to finish combines them (a per-head counter, kept in a small
-//! array of this thread's that every launch leaves at zero). `GMLX_CUDA_ATTENTION=0` turns the
-//! kernel off.
+//! at most [`TARGET_BLOCKS`] blocks per launch, unless `GMLX_CUDA_ATTENTION_BLOCKS` says
+//! otherwise (a decode step has few; each issues all of a pass's loads before it uses any).
+//! Where a head has several ranges, each block leaves its partial sums and the last one to
+//! finish combines them (a per-head counter, kept in a small array of this thread's that every
+//! launch leaves at zero). `GMLX_CUDA_ATTENTION=0` turns the kernel off.
 use std::sync::OnceLock;
 
 use mlx_rs::{Array, Dtype};
