@@ -23,7 +23,6 @@ use mlx_rs::{Array, Dtype};
 
 use crate::cuda_kernel::{self, Spec};
 use crate::error::Result;
-use crate::runtime::Backend;
 
 /// The environment variable that turns the kernel off (`0`).
 pub const SWITCH_VAR: &str = "GMLX_CUDA_ATTENTION";
@@ -45,13 +44,7 @@ pub const BLOCKS_VAR: &str = "GMLX_CUDA_ATTENTION_BLOCKS";
 /// partial sums for the last block of each head to combine.
 fn target_blocks() -> i32 {
     static BLOCKS: OnceLock<i32> = OnceLock::new();
-    *BLOCKS.get_or_init(|| {
-        std::env::var(BLOCKS_VAR)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|b| (8..=8192).contains(b))
-            .unwrap_or(TARGET_BLOCKS)
-    })
+    *BLOCKS.get_or_init(|| cuda_kernel::int_setting(BLOCKS_VAR, 8..=8192, TARGET_BLOCKS))
 }
 
 /// Key/value heads the counters serve.
@@ -103,10 +96,8 @@ pub const POSITION_COPY_VAR: &str = "GMLX_CUDA_POSITION_COPY";
 /// reading the position waits for it.
 pub fn position_array(position: i32) -> Array {
     static COPY: OnceLock<bool> = OnceLock::new();
-    let copy = *COPY.get_or_init(|| {
-        std::env::var(POSITION_COPY_VAR).is_ok_and(|v| v.trim() == "1")
-            && crate::runtime::backend().is_ok_and(|b| b == Backend::Cuda)
-    });
+    let copy =
+        *COPY.get_or_init(|| cuda_kernel::opted_in(POSITION_COPY_VAR) && cuda_kernel::on_cuda());
     copy.then(|| copied_position(position).ok())
         .flatten()
         .unwrap_or_else(|| Array::from_slice(&[position], &[1]))
@@ -122,10 +113,7 @@ pub fn copied_position(position: i32) -> Result<Array> {
 /// Whether the kernel is on: MLX's CUDA backend, `GMLX_CUDA_ATTENTION` not `0`.
 pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| {
-        std::env::var(SWITCH_VAR).map_or(true, |v| v.trim() != "0")
-            && crate::runtime::backend().is_ok_and(|b| b == Backend::Cuda)
-    })
+    *ENABLED.get_or_init(|| cuda_kernel::switched_on(SWITCH_VAR) && cuda_kernel::on_cuda())
 }
 
 /// One token's attention: `q [1, H, 1, D]`, its key and value `k`, `v [1, HKV, 1, D]`, the

@@ -5,12 +5,13 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
+use std::ops::RangeInclusive;
 use std::sync::{Mutex, OnceLock};
 
 use mlx_rs::{Array, Dtype, Stream};
 
 use crate::error::{Error, Result};
-use crate::runtime::check;
+use crate::runtime::{check, Backend};
 
 /// One kernel: its name (MLX's key for the compiled kernel, with a hash of the text added),
 /// the body MLX wraps in the signature it generates, the header placed before it, and the
@@ -93,6 +94,30 @@ pub(crate) fn launch(
         return Err(error(spec, "MLX returned another number of outputs"));
     }
     Ok(arrays)
+}
+
+/// Whether MLX runs on its CUDA backend (where gmlx's kernels can run at all).
+pub(crate) fn on_cuda() -> bool {
+    crate::runtime::backend().is_ok_and(|b| b == Backend::Cuda)
+}
+
+/// A kernel's switch: on unless environment variable `var` is `0`.
+pub(crate) fn switched_on(var: &str) -> bool {
+    std::env::var(var).map_or(true, |v| v.trim() != "0")
+}
+
+/// An experiment's setting: on only where environment variable `var` is `1`.
+pub(crate) fn opted_in(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v.trim() == "1")
+}
+
+/// Environment variable `var` as an integer in `range`, else `default`.
+pub(crate) fn int_setting(var: &str, range: RangeInclusive<i32>, default: i32) -> i32 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|n| range.contains(n))
+        .unwrap_or(default)
 }
 
 pub(crate) fn error(spec: &Spec, reason: &str) -> Error {

@@ -28,10 +28,9 @@ use std::sync::OnceLock;
 
 use mlx_rs::{Array, Dtype};
 
-use crate::cuda_kernel::{self, Spec};
+use crate::cuda_kernel::{self, switched_on, Spec};
 use crate::error::{Error, Result};
 use crate::qmm::{Mode, Packed};
-use crate::runtime::Backend;
 
 /// The environment variable that turns the kernels off (`0`).
 pub const SWITCH_VAR: &str = "GMLX_CUDA_QMV";
@@ -51,24 +50,12 @@ const HEADER: &str = include_str!("kernels/qmv4.cuh");
 /// of its two matrices (at least one).
 fn rows_per_warp() -> i32 {
     static ROWS: OnceLock<i32> = OnceLock::new();
-    *ROWS.get_or_init(|| {
-        std::env::var("GMLX_CUDA_QMV_ROWS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|r| (1..=16).contains(r))
-            .unwrap_or(2)
-    })
-}
-
-fn switched_on(var: &str) -> bool {
-    std::env::var(var).map_or(true, |v| v.trim() != "0")
+    *ROWS.get_or_init(|| cuda_kernel::int_setting("GMLX_CUDA_QMV_ROWS", 1..=16, 2))
 }
 
 fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| {
-        switched_on(SWITCH_VAR) && crate::runtime::backend().is_ok_and(|b| b == Backend::Cuda)
-    })
+    *ENABLED.get_or_init(|| switched_on(SWITCH_VAR) && cuda_kernel::on_cuda())
 }
 
 /// Whether the fused kernels ([`matmul_three`], [`silu_glu`]) are on: the kernels are
@@ -472,7 +459,7 @@ fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 3] {
 /// (`GMLX_CUDA_QMV_PREFETCH=1`; off by default until measured faster on a GPU).
 fn prefetch_enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var(PREFETCH_VAR).is_ok_and(|v| v.trim() == "1"))
+    *ENABLED.get_or_init(|| cuda_kernel::opted_in(PREFETCH_VAR))
 }
 
 /// The kernels' template types: `T` (the row's and outputs' dtype), `S` (the matrices'
