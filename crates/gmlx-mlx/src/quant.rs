@@ -7,6 +7,8 @@
 //!
 //! A 3-D tensor (GGUF dims `[in, out, experts]`) is a stack of expert matrices, multiplied
 //! per row with [`QuantWeight::gather_matmul`].
+//!
+//! On MLX's CUDA backend a Q6_K matrix keeps the file's own blocks ([`crate::cuda_q6k`]).
 use gmlx_gguf::{GgmlType, GgufFile, TensorInfo};
 use mlx_rs::{ops, Array, Dtype};
 
@@ -22,6 +24,8 @@ pub enum Storage {
     Mxfp4,
     /// A plain float array in the activation dtype.
     Dense,
+    /// The file's own Q6_K blocks, read by gmlx's CUDA kernels ([`crate::cuda_q6k`]).
+    Q6K,
 }
 
 #[derive(Debug, Clone)]
@@ -38,6 +42,12 @@ enum Data {
         compact: bool,
     },
     Dense(Array),
+    /// Q6_K blocks `[..., rows, cols / 256 * 210]` of `u8` ([`crate::cuda_q6k`]); `dtype` is
+    /// the activation dtype their dequantized form takes.
+    Q6K {
+        blocks: Array,
+        dtype: Dtype,
+    },
 }
 
 impl Data {
@@ -62,6 +72,10 @@ impl Data {
                 compact: *compact,
             },
             Data::Dense(a) => Data::Dense(f(a)?),
+            Data::Q6K { blocks, dtype } => Data::Q6K {
+                blocks: f(blocks)?,
+                dtype: *dtype,
+            },
         })
     }
 }
@@ -375,6 +389,22 @@ impl HostMatrix {
     }
 }
 
+/// A Q6_K matrix's blocks as an MLX array `[rows, cols / 256 * 210]` where it stays in them
+/// ([`crate::cuda_q6k::enabled`]); `None` for every other tensor, or bytes of another size (the
+/// dense path then reports them).
+fn q6k_blocks(info: &TensorInfo, bytes: &[u8], rows: i32, cols: i32) -> Result<Option<Array>> {
+    let row_bytes = cols / 256 * crate::cuda_q6k::BLOCK_BYTES;
+    let whole = cols % 256 == 0 && bytes.len() == rows as usize * row_bytes as usize;
+    if info.ggml_type != GgmlType::Q6_K
+        || info.dims.len() != 2
+        || !whole
+        || !crate::cuda_q6k::enabled()
+    {
+        return Ok(None);
+    }
+    Ok(Some(Array::from_slice(bytes, &[rows, row_bytes])))
+}
+
 /// Whether every value is exactly a float16.
 fn exactly_half(values: &[f32]) -> bool {
     values
@@ -406,6 +436,11 @@ fn fused_views<'w, const N: usize>(
 enum View<'a> {
     Packed(Packed<'a>),
     Dense(&'a Array),
+    /// Q6_K blocks ([`Data::Q6K`]).
+    Q6K {
+        blocks: &'a Array,
+        dtype: Dtype,
+    },
 }
 
 /// A weight matrix `[rows, cols]` (GGUF `dims = [cols, rows]`), a stack of them
@@ -452,6 +487,16 @@ impl QuantWeight {
         } else {
             Vec::new()
         };
+        if let Some(blocks) = q6k_blocks(info, file.tensor_data(info), rows, cols)? {
+            return Ok(QuantWeight {
+                name,
+                codec: info.ggml_type,
+                data: Data::Q6K { blocks, dtype },
+                rows,
+                cols,
+                experts,
+            });
+        }
         let host = HostMatrix::decode(info.ggml_type, file.tensor_data(info), &info.dims).map_err(
             |source| Error::Gguf {
                 tensor: info.name.clone(),
@@ -545,6 +590,11 @@ impl QuantWeight {
         let dtype = match &self.data {
             Data::Packed { scales, .. } => scales.dtype(),
             Data::Dense(a) => a.dtype(),
+            Data::Q6K { .. } => {
+                return Err(Error::SlotForm {
+                    tensor: self.name.clone(),
+                })
+            }
         };
         let update = host.to_data(&[1, rows], cols, dtype, false)?;
         let put = |stack: &Array, part: &Array| -> Result<Array> {
@@ -572,6 +622,7 @@ impl QuantWeight {
                 out
             }
             Data::Dense(a) => vec![std::mem::replace(a, placeholder())],
+            Data::Q6K { blocks, .. } => vec![std::mem::replace(blocks, placeholder())],
         };
         let parts: Vec<&Array> = match (&self.data, &update) {
             (
@@ -645,7 +696,7 @@ impl QuantWeight {
                     next(b);
                 }
             }
-            Data::Dense(a) => next(a),
+            Data::Dense(a) | Data::Q6K { blocks: a, .. } => next(a),
         }
     }
 
@@ -748,6 +799,7 @@ impl QuantWeight {
                 group_size: *group_size,
             },
             Data::Dense(_) => Storage::Dense,
+            Data::Q6K { .. } => Storage::Q6K,
         }
     }
 
@@ -765,7 +817,7 @@ impl QuantWeight {
     pub fn as_dense(&self) -> Option<&Array> {
         match &self.data {
             Data::Dense(a) => Some(a),
-            Data::Packed { .. } => None,
+            Data::Packed { .. } | Data::Q6K { .. } => None,
         }
     }
 
@@ -788,6 +840,10 @@ impl QuantWeight {
                 mode: *mode,
             }),
             Data::Dense(a) => View::Dense(a),
+            Data::Q6K { blocks, dtype } => View::Q6K {
+                blocks,
+                dtype: *dtype,
+            },
         }
     }
 
@@ -825,7 +881,7 @@ impl QuantWeight {
                 .into_iter()
                 .flatten()
                 .collect(),
-            Data::Dense(a) => vec![a],
+            Data::Dense(a) | Data::Q6K { blocks: a, .. } => vec![a],
         }
     }
 
@@ -856,6 +912,13 @@ impl QuantWeight {
                 }),
             },
             View::Dense(w) => Ok(x.matmul(w.t())?),
+            View::Q6K { blocks, .. } if crate::cuda_q6k::applies(x, self.cols) => {
+                crate::cuda_q6k::matmul(x, blocks, self.cols)
+            }
+            View::Q6K { blocks, .. } => {
+                let w = crate::cuda_q6k::dequantize(blocks, self.cols, x.dtype())?;
+                Ok(x.matmul(w.t())?)
+            }
         }
     }
 
@@ -985,6 +1048,16 @@ impl QuantWeight {
                 let wt = w.swap_axes(-1, -2)?;
                 Ok(ops::gather_mm(x, &wt, None, indices, None)?)
             }
+            View::Q6K { blocks, .. } => {
+                let w = crate::cuda_q6k::dequantize(blocks, self.cols, x.dtype())?;
+                Ok(ops::gather_mm(
+                    x,
+                    &w.swap_axes(-1, -2)?,
+                    None,
+                    indices,
+                    None,
+                )?)
+            }
         }
     }
 
@@ -1005,6 +1078,9 @@ impl QuantWeight {
                 self.for_mlx(rows, qmm::dequantize)
             }
             View::Dense(a) => Ok(take(a)?),
+            View::Q6K { blocks, dtype } => {
+                crate::cuda_q6k::dequantize(&take(blocks)?, self.cols, dtype)
+            }
         }
     }
 
@@ -1013,6 +1089,7 @@ impl QuantWeight {
         match self.view() {
             View::Packed(p) => self.for_mlx(p, qmm::dequantize),
             View::Dense(a) => Ok(a.clone()),
+            View::Q6K { blocks, dtype } => crate::cuda_q6k::dequantize(blocks, self.cols, dtype),
         }
     }
 }

@@ -4,7 +4,7 @@
 # the Llama-3-8B-shaped Q4_0 file and the SmolLM2-135M-shaped one with the fused kernels off and
 # on (GMLX_CUDA_QMV_FUSE), alternating ROUNDS times (2; SMALL_VARIANTS, VARIANTS by default,
 # are the SmolLM2 file's; PROMPT the tokens before the decode, 512), then, where the machine has
-# nsys, a
+# nsys (and NSYS_RUN is not 0), a
 # profile of a short decode on each file: kernels, CUDA API calls and MLX's NVTX ranges (its
 # host work per primitive).
 set -u
@@ -24,7 +24,7 @@ for round in $(seq 1 ${ROUNDS:-2}); do
 done 2>&1 | tee $OUT/bench-fuse.txt
 NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
 echo "nsys: ${NSYS:-none}"
-[ -n "$NSYS" ] || exit 0
+[ -n "$NSYS" ] && [ "${NSYS_RUN:-1}" = 1 ] || exit 0
 for f in $F8 $FS; do
   b=$(basename $f .gguf)
   timeout 150 $NSYS profile -t cuda,nvtx -o /root/prof-$b --force-overwrite true /root/bin/gmlx run $f --device gpu --dtype bfloat16 --bench 16 --bench-decode 256 > /root/prof-$b.log 2>&1

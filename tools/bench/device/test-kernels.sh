@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by a call script after install.sh: the CUDA 4-bit kernels' test against the reference
-# dequantization (test-cuda-qmv.txt) and the decode attention's (test-cuda-attention.txt), and where
+# dequantization (test-cuda-qmv.txt), the decode attention's (test-cuda-attention.txt) and the
+# Q6_K kernels' (test-cuda-q6k.txt), and where
 # one fails, again under compute-sanitizer (the
 # faulting access and its address; test-cuda-qmv-sanitizer.txt). TEST_ENV: settings (VAR=value,
 # comma-separated, space between settings) under which both tests run again
@@ -14,6 +15,10 @@ fi
 echo "## test_cuda_attention"; GMLX_CUDA_ATTENTION=1 /root/bin/test_cuda_attention --nocapture 2>&1 | tail -70 | tee $OUT/test-cuda-attention.txt
 if grep -q "test result: FAILED\|panicked" $OUT/test-cuda-attention.txt && command -v compute-sanitizer > /dev/null; then
   GMLX_CUDA_ATTENTION=1 timeout 200 compute-sanitizer --tool memcheck /root/bin/test_cuda_attention --nocapture 2>&1 | head -60 | tee $OUT/test-cuda-attention-sanitizer.txt
+fi
+echo "## test_cuda_q6k"; /root/bin/test_cuda_q6k --nocapture 2>&1 | tail -40 | tee $OUT/test-cuda-q6k.txt
+if grep -q "test result: FAILED\|panicked" $OUT/test-cuda-q6k.txt && command -v compute-sanitizer > /dev/null; then
+  timeout 200 compute-sanitizer --tool memcheck /root/bin/test_cuda_q6k --nocapture 2>&1 | head -60 | tee $OUT/test-cuda-q6k-sanitizer.txt
 fi
 fi
 n=0; for e in ${TEST_ENV:-}; do

@@ -1,0 +1,146 @@
+//! Q6_K matrices on CUDA in the file's own blocks (`kernels/q6k*.cu`), through MLX's
+//! custom-kernel API. MLX's affine form cannot hold Q6_K (a scale per 16 weights, MLX's
+//! smallest group is 32), so elsewhere a Q6_K matrix is dequantized at load: a Llama-3-8B output
+//! head of 0.43 GB in the file became 1.05 GB of bfloat16, read in full by every decode step
+//! (`docs/performance.md`). On MLX's CUDA backend [`QuantWeight`](crate::QuantWeight) keeps the
+//! blocks instead, `uint8 [rows, cols / 256 * 210]`: one row is multiplied by [`matmul`] (a warp
+//! per output row, reading the blocks as they are), more rows by the dense product of
+//! [`dequantize`] (the weights as the reference dequantizes them, rounded to the activation
+//! dtype, as the dense form held them). `GMLX_CUDA_Q6K=0` keeps the dense form.
+use std::sync::OnceLock;
+
+use mlx_rs::{Array, Dtype};
+
+use crate::cuda_kernel::{self, Spec};
+use crate::error::Result;
+
+/// The environment variable that turns the kernels off (`0`): Q6_K matrices dequantized at load.
+pub const SWITCH_VAR: &str = "GMLX_CUDA_Q6K";
+
+/// Bytes of one Q6_K block of 256 weights.
+pub const BLOCK_BYTES: i32 = 210;
+
+const HEADER: &str = include_str!("kernels/q6k.cuh");
+
+static MATMUL: Spec = Spec {
+    name: "gmlx_q6k_mv",
+    source: include_str!("kernels/q6k_mv.cu"),
+    header: HEADER,
+    inputs: &["w", "x"],
+    outputs: &["y"],
+};
+
+static DEQUANTIZE: Spec = Spec {
+    name: "gmlx_q6k_dequantize",
+    source: include_str!("kernels/q6k_dequantize.cu"),
+    header: HEADER,
+    inputs: &["w"],
+    outputs: &["y"],
+};
+
+/// Warps per thread block of the matrix-vector kernel (a warp per output row).
+const WARPS_PER_BLOCK: i32 = 8;
+
+/// Threads per block of the dequantization (a thread per 32 weights).
+const DEQUANTIZE_THREADS: i32 = 256;
+
+/// Whether Q6_K matrices are kept in their blocks now: MLX's CUDA backend on the GPU, unless
+/// `GMLX_CUDA_Q6K=0`.
+pub fn enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| cuda_kernel::switched_on(SWITCH_VAR) && cuda_kernel::on_cuda())
+        && crate::device::current() == Some(crate::device::DeviceKind::Gpu)
+}
+
+/// Whether [`matmul`] takes `x [..., cols]`: one row of a float dtype, not training (the kernel
+/// has no VJP).
+pub fn applies(x: &Array, cols: i32) -> bool {
+    x.shape().iter().rev().skip(1).all(|&d| d == 1)
+        && x.shape().last() == Some(&cols)
+        && matches!(x.dtype(), Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
+        && !crate::quant::training()
+}
+
+fn check_blocks(blocks: &Array, cols: i32) -> Result<()> {
+    let row_bytes = cols / 256 * BLOCK_BYTES;
+    if cols <= 0 || cols % 256 != 0 || blocks.ndim() != 2 || blocks.shape()[1] != row_bytes {
+        return Err(error(&MATMUL, "blocks that are not whole Q6_K rows"));
+    }
+    if blocks.dtype() != Dtype::Uint8 {
+        return Err(error(&MATMUL, "blocks that are not bytes"));
+    }
+    Ok(())
+}
+
+/// `x @ W^T` for one row `x [..., cols]` and a Q6_K matrix `W` in its blocks `[rows, cols / 256
+/// * 210]`: `[..., rows]` in `x`'s dtype (the sum in float, rounded once). The caller checks
+/// [`applies`].
+pub fn matmul(x: &Array, blocks: &Array, cols: i32) -> Result<Array> {
+    check_blocks(blocks, cols)?;
+    if !applies(x, cols) {
+        return Err(error(&MATMUL, "a row of another width or type"));
+    }
+    let rows = blocks.shape()[0];
+    let mut shape = x.shape().to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = rows;
+    }
+    let blocks_of_threads = (rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
+    let threads = 32 * WARPS_PER_BLOCK;
+    let outputs = cuda_kernel::launch(
+        &MATMUL,
+        &[blocks.clone(), x.clone()],
+        &[(&shape, x.dtype())],
+        &[(c"T", x.dtype())],
+        &[(c"K", cols), (c"N", rows)],
+        (blocks_of_threads * threads, threads),
+    )?;
+    single(&MATMUL, outputs)
+}
+
+/// The weights of Q6_K rows `blocks [..., rows, cols / 256 * 210]` as `[..., rows, cols]` of
+/// `dtype`: each `(d * scale) * (q - 32)` in float, rounded to `dtype` (the reference
+/// dequantization's values, as the dense form holds them).
+pub fn dequantize(blocks: &Array, cols: i32, dtype: Dtype) -> Result<Array> {
+    let shape = blocks.shape().to_vec();
+    let Some((&row_bytes, lead)) = shape.split_last() else {
+        return Err(error(&DEQUANTIZE, "no rows"));
+    };
+    let rows: i32 = lead.iter().product();
+    let flat = blocks.reshape(&[rows, row_bytes])?;
+    check_blocks(&flat, cols)?;
+    if !matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32) {
+        return Err(error(&DEQUANTIZE, "an output that is not a float type"));
+    }
+    let mut out_shape = lead.to_vec();
+    out_shape.push(cols);
+    if rows == 0 {
+        return Ok(mlx_rs::ops::zeros_dtype(&out_shape, dtype)?);
+    }
+    let parts = i64::from(rows) * i64::from(cols / 256) * 8;
+    let threads =
+        i32::try_from((parts + i64::from(DEQUANTIZE_THREADS) - 1) / i64::from(DEQUANTIZE_THREADS))
+            .ok()
+            .and_then(|b| b.checked_mul(DEQUANTIZE_THREADS))
+            .ok_or_else(|| error(&DEQUANTIZE, "a matrix too large for one launch"))?;
+    let outputs = cuda_kernel::launch(
+        &DEQUANTIZE,
+        &[flat],
+        &[(&out_shape, dtype)],
+        &[(c"T", dtype)],
+        &[(c"K", cols)],
+        (threads, DEQUANTIZE_THREADS),
+    )?;
+    single(&DEQUANTIZE, outputs)
+}
+
+fn single(spec: &Spec, outputs: Vec<Array>) -> Result<Array> {
+    outputs
+        .into_iter()
+        .next()
+        .ok_or_else(|| error(spec, "MLX returned no output"))
+}
+
+fn error(spec: &Spec, reason: &str) -> crate::Error {
+    cuda_kernel::error(spec, reason)
+}
