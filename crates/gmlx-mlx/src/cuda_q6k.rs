@@ -44,6 +44,14 @@ const WARPS_PER_BLOCK: i32 = 8;
 /// Threads per block of the dequantization (a thread per 32 weights).
 const DEQUANTIZE_THREADS: i32 = 256;
 
+/// Blocks each lane of the matrix-vector kernel loads before it uses any:
+/// `GMLX_CUDA_Q6K_INFLIGHT` (1 to 8), 4 by default (fewer hold fewer registers, so more warps
+/// fit a multiprocessor).
+fn inflight() -> i32 {
+    static INFLIGHT: OnceLock<i32> = OnceLock::new();
+    *INFLIGHT.get_or_init(|| cuda_kernel::int_setting("GMLX_CUDA_Q6K_INFLIGHT", 1..=8, 4))
+}
+
 /// Whether Q6_K matrices are kept in their blocks now: MLX's CUDA backend on the GPU, unless
 /// `GMLX_CUDA_Q6K=0`.
 pub fn enabled() -> bool {
@@ -92,7 +100,7 @@ pub fn matmul(x: &Array, blocks: &Array, cols: i32) -> Result<Array> {
         &[blocks.clone(), x.clone()],
         &[(&shape, x.dtype())],
         &[(c"T", x.dtype())],
-        &[(c"K", cols), (c"N", rows)],
+        &[(c"K", cols), (c"N", rows), (c"INFLIGHT", inflight())],
         (blocks_of_threads * threads, threads),
     )?;
     single(&MATMUL, outputs)

@@ -7,7 +7,7 @@
 # each kernel's own, not the step's; a decode kernel's invocations divided by the decoded
 # tokens (DECODE, plus the bench's warm-up) give its launches per step. DETAIL (a kernel name's
 # regex, e.g. norm_rope_three): Nsight Compute's full set of sections (stall reasons, memory
-# workload, occupancy) for one of its decode launches, once under each of DETAIL_VARIANTS
+# workload, occupancy) for DETAIL_COUNT (1) of its decode launches, once under each of DETAIL_VARIANTS
 # (settings; "X=0" for none), in ncu-detail-<n>.txt; MAIN=0 skips the per-kernel runs before.
 set -u
 . tools/bench/device/install.sh
@@ -33,8 +33,8 @@ for run in "${runs[@]}"; do
 done
 n=0; for v in ${DETAIL:+${DETAIL_VARIANTS:-X=0}}; do
   n=$((n + 1))
-  env ${v//,/ } timeout ${LIMIT:-200} $NCU --clock-control none --set full -k regex:$DETAIL --launch-skip 64 --launch-count 1 \
+  env ${v//,/ } timeout ${LIMIT:-200} $NCU --clock-control none --set full -k regex:$DETAIL --launch-skip 64 --launch-count ${DETAIL_COUNT:-1} \
     /root/bin/gmlx run $F --device gpu --dtype bfloat16 --bench 16 --bench-decode 8 > $OUT/ncu-detail-$n.txt 2>&1
   echo "## detail $n ($DETAIL, $v): rc $?"
-  grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Stall|stall|Warp Cycles Per Issued" $OUT/ncu-detail-$n.txt | head -20
+  grep -E "^  [a-z_:]*gmlx|Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued" $OUT/ncu-detail-$n.txt | head -40
 done

@@ -109,15 +109,12 @@ __device__ __forceinline__ float gmlx_q6k_part_dot(
   return sum;
 }
 
-// Blocks per lane whose loads gmlx_q6k_dot issues before it uses any.
-enum { GMLX_Q6K_INFLIGHT = 4 };
-
 // row . x over K columns: the whole warp's sum, in every lane. Eight lanes share a block, so a
-// warp reads four consecutive blocks (840 bytes) per round.
-template <int K, typename T>
+// warp reads four consecutive blocks (840 bytes) per round; each lane issues the loads of
+// INFLIGHT blocks before it uses any.
+template <int K, int INFLIGHT, typename T>
 __device__ __forceinline__ float gmlx_q6k_dot(const uint8_t* row, const T* x) {
   constexpr int NB = K / 256;
-  constexpr int INFLIGHT = GMLX_Q6K_INFLIGHT;
   const int lane = threadIdx.x & 31;
   const int l0 = 4 * (lane & 7);
   const bool aligned = (reinterpret_cast<size_t>(x) & (4 * sizeof(T) - 1)) == 0;
