@@ -152,3 +152,38 @@ fn single(spec: &Spec, outputs: Vec<Array>) -> Result<Array> {
 fn error(spec: &Spec, reason: &str) -> crate::Error {
     cuda_kernel::error(spec, reason)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zeros(shape: &[i32], dtype: Dtype) -> Array {
+        mlx_rs::ops::zeros_dtype(shape, dtype).expect("zeros")
+    }
+
+    #[test]
+    fn the_vector_kernel_takes_one_float_row_of_the_matrix_width() {
+        assert!(applies(&zeros(&[1, 1, 512], Dtype::Bfloat16), 512));
+        assert!(applies(&zeros(&[512], Dtype::Float32), 512));
+        assert!(!applies(&zeros(&[2, 512], Dtype::Float16), 512), "two rows");
+        assert!(
+            !applies(&zeros(&[1, 256], Dtype::Float32), 512),
+            "another width"
+        );
+        assert!(
+            !applies(&zeros(&[1, 512], Dtype::Int32), 512),
+            "not a float row"
+        );
+        let _training = crate::quant::training_products();
+        assert!(!applies(&zeros(&[1, 512], Dtype::Float32), 512), "training");
+    }
+
+    #[test]
+    fn blocks_must_be_whole_q6k_rows_of_bytes() {
+        assert!(check_blocks(&zeros(&[3, 420], Dtype::Uint8), 512).is_ok());
+        assert!(check_blocks(&zeros(&[3, 419], Dtype::Uint8), 512).is_err());
+        assert!(check_blocks(&zeros(&[3, 420], Dtype::Uint8), 500).is_err());
+        assert!(check_blocks(&zeros(&[3, 420], Dtype::Int32), 512).is_err());
+        assert!(check_blocks(&zeros(&[2, 3, 420], Dtype::Uint8), 512).is_err());
+    }
+}

@@ -110,6 +110,10 @@ fn every_codec_loads_exactly_and_multiplies() {
             *affine,
             "{ty:?}"
         );
+        // Q6_K keeps its blocks only on CUDA (tests/cuda_q6k.rs)
+        if on_cpu && *ty == GgmlType::Q6_K {
+            assert_eq!(weight.storage(), Storage::Dense, "Q6_K on the CPU");
+        }
         if let (true, Storage::Affine { bits, group_size }) = (on_cpu, weight.storage()) {
             let side = if compact(*ty) { 2 } else { 4 };
             let groups = rows as usize * cols as usize / group_size as usize;
