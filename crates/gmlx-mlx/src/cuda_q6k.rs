@@ -6,7 +6,8 @@
 //! blocks instead, `uint8 [rows, cols / 256 * 210]`: one row is multiplied by [`matmul`] (a warp
 //! per output row, reading the blocks as they are), more rows by the dense product of
 //! [`dequantize`] (the weights as the reference dequantizes them, rounded to the activation
-//! dtype, as the dense form held them). `GMLX_CUDA_Q6K=0` keeps the dense form.
+//! dtype, as the dense form held them). Off by default until its GPU test has run on a GPU
+//! (no lease came in the session that wrote it): `GMLX_CUDA_Q6K=1` turns it on.
 use std::sync::OnceLock;
 
 use mlx_rs::{Array, Dtype};
@@ -14,7 +15,8 @@ use mlx_rs::{Array, Dtype};
 use crate::cuda_kernel::{self, Spec};
 use crate::error::Result;
 
-/// The environment variable that turns the kernels off (`0`): Q6_K matrices dequantized at load.
+/// The environment variable that turns the kernels on (`1`): Q6_K matrices kept in their blocks
+/// on CUDA instead of dequantized at load.
 pub const SWITCH_VAR: &str = "GMLX_CUDA_Q6K";
 
 /// Bytes of one Q6_K block of 256 weights.
@@ -52,11 +54,11 @@ fn inflight() -> i32 {
     *INFLIGHT.get_or_init(|| cuda_kernel::int_setting("GMLX_CUDA_Q6K_INFLIGHT", 1..=8, 4))
 }
 
-/// Whether Q6_K matrices are kept in their blocks now: MLX's CUDA backend on the GPU, unless
-/// `GMLX_CUDA_Q6K=0`.
+/// Whether Q6_K matrices are kept in their blocks now: MLX's CUDA backend on the GPU, with
+/// `GMLX_CUDA_Q6K=1`.
 pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| cuda_kernel::switched_on(SWITCH_VAR) && cuda_kernel::on_cuda())
+    *ENABLED.get_or_init(|| cuda_kernel::opted_in(SWITCH_VAR) && cuda_kernel::on_cuda())
         && crate::device::current() == Some(crate::device::DeviceKind::Gpu)
 }
 
