@@ -1,0 +1,140 @@
+"""Compiles gmlx's CUDA kernels for sm_90 with NVRTC on a machine without a GPU, in the template
+forms a Llama-3-8B-shaped and a SmolLM2-135M-shaped bfloat16 decode launches, and prints each
+one's registers per thread and spills (ptxas). A check before a GPU lease, not a test: MLX
+wraps a kernel's body in a signature it generates and puts its own device header first
+(`mlx/backend/cuda/device/utils.cuh`, compiled into libmlx, not shipped as a file); here a short
+stand-in gives the same types (bfloat16, half, fixed-width integers, a Shape), so a kernel that
+compiles here can still fail on one of MLX's own names, and the registers are NVRTC 12's.
+
+    python3 -m venv /tmp/nvrtc && /tmp/nvrtc/bin/pip install nvidia-cuda-nvrtc-cu12 \
+        nvidia-cuda-runtime-cu12
+    /tmp/nvrtc/bin/python tools/bench/device/nvrtc_check.py [kernel name filter]
+
+Exit status 1 when a kernel does not compile or spills.
+"""
+import ctypes
+import glob
+import os
+import re
+import sys
+
+KERNELS = os.path.join(os.path.dirname(__file__), "../../../crates/gmlx-mlx/src/kernels")
+
+PREAMBLE = """#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+typedef unsigned int uint32_t;
+typedef unsigned char uint8_t;
+typedef signed char int8_t;
+typedef int int32_t;
+struct Shape {
+  int d[8];
+  __device__ int operator[](int i) const { return d[i]; }
+};
+"""
+
+B, F = "__nv_bfloat16", "float"
+BITS = {"EPS": 0x3727C5AC, "PSCALE": 0x3F800000, "SCALE": 0x3DB504F3}
+
+
+def side(prefix):
+    return [(f"w{prefix}", "uint32_t"), (f"s{prefix}", "S"), (f"b{prefix}", "S")]
+
+
+# kernel file, header, inputs (name, type), outputs, template parameters, instantiations
+FORMS = [
+    ("qmv4_norm_rope_three.cu", "qmv4.cuh",
+     [("nw", "W")] + side("0") + side("1") + side("2")
+     + [("x", "T"), ("inv_freq", "float"), ("pos", "int32_t")],
+     ["y0", "y1", "y2"],
+     "T S W K N0 N1 N2 ROWS EPS BLOCK PREFETCH D RD PSCALE",
+     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, p, 128, 128, "PSCALE"] for p in (0, 1)]
+     + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, 0, 64, 64, "PSCALE"]]),
+    ("qmv4_norm_silu.cu", "qmv4.cuh",
+     [("nw", "W")] + [("wg", "uint32_t"), ("sg", "S"), ("bg", "S"),
+                      ("wu", "uint32_t"), ("su", "S"), ("bu", "S"), ("x", "T")],
+     ["y"], "T S W K N ROWS EPS BLOCK PREFETCH",
+     [[B, B, B, 4096, 14336, 1, "EPS", 256, 0], [B, B, B, 576, 1536, 1, "EPS", 256, 0]]),
+    ("qmv4_add.cu", "qmv4.cuh",
+     [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")],
+     ["y"], "T S K N ROWS",
+     [[B, B, 14336, 4096, 2], [B, B, 4096, 4096, 2], [B, B, 1536, 576, 2]]),
+    ("qmv4.cu", "qmv4.cuh",
+     [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T")],
+     ["y"], "T S K N ROWS", [[B, B, 4096, 128256, 2], [F, F, 4096, 1024, 2]]),
+    ("attend_decode.cu", "attend.cuh",
+     [("q", "T"), ("k", "T"), ("v", "T"), ("kc", "T"), ("kc_shape", "Shape"), ("vc", "T"),
+      ("pos", "int32_t"), ("counters", "uint32_t")],
+     ["out", "part"], "T D G HKV PER BLOCK SCALE",
+     [[B, 128, 4, 8, 8, 128, "SCALE"], [B, 64, 3, 3, 8, 128, "SCALE"]]),
+    ("q6k_mv.cu", "q6k.cuh", [("w", "uint8_t"), ("x", "T")], ["y"], "T K N INFLIGHT",
+     [[B, 4096, 128256, i] for i in (1, 2, 4)] + [[F, 14336, 4096, 4]]),
+    ("q6k_dequantize.cu", "q6k.cuh", [("w", "uint8_t"), ("w_shape", "Shape")], ["y"], "T K",
+     [[B, 4096], [F, 512]]),
+]
+
+
+def nvrtc():
+    root = glob.glob(os.path.join(sys.prefix, "lib/python3*/site-packages/nvidia"))
+    if not root:
+        sys.exit("no nvidia-cuda-nvrtc-cu12 in this Python (see the module's text)")
+    lib = ctypes.CDLL(os.path.join(root[0], "cuda_nvrtc/lib/libnvrtc.so.12"))
+    return lib, os.path.join(root[0], "cuda_runtime/include")
+
+
+def compile_one(lib, include, source):
+    prog = ctypes.c_void_p()
+    lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"k.cu", 0, None, None)
+    opts = [b"--gpu-architecture=sm_90", f"-I{include}".encode(), b"--std=c++17",
+            b"--ptxas-options=-v", b"--device-as-default-execution-space"]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    return rc, log.value.decode(errors="replace")
+
+
+def kernel_source(body_file, header, inputs, outputs, params, values):
+    names = params.split()
+    types = {"T", "S", "W"}
+    template = ", ".join(("typename " if n in types else "int ") + n for n in names)
+    args = []
+    for name, ty in inputs:
+        args.append(f"const __grid_constant__ Shape {name}" if ty == "Shape"
+                    else f"const {ty}* {name}")
+    args += [f"T* {o}" if o != "part" else f"float* {o}" for o in outputs]
+    body = open(os.path.join(KERNELS, body_file)).read()
+    head = open(os.path.join(KERNELS, header)).read()
+    inst = ", ".join(str(BITS[v]) if v in BITS else str(v) for v in values)
+    concrete = dict(zip(names, [str(BITS.get(v, v)) for v in values]))
+    sig = ", ".join(re.sub(r"\b([TSW])\b", lambda m: concrete.get(m.group(1), m.group(1)), a)
+                    for a in args)
+    return (f"{PREAMBLE}{head}\ntemplate <{template}>\n__global__ void gmlx_kernel("
+            f"{', '.join(args)}) {{\n{body}\n}}\n"
+            f"template __global__ void gmlx_kernel<{inst}>({sig});\n")
+
+
+def main():
+    lib, include = nvrtc()
+    only = sys.argv[1] if len(sys.argv) > 1 else ""
+    failed = False
+    for body, header, inputs, outputs, params, forms in FORMS:
+        if only not in body:
+            continue
+        for values in forms:
+            rc, log = compile_one(lib, include,
+                                  kernel_source(body, header, inputs, outputs, params, values))
+            regs = re.findall(r"Used (\d+) registers", log)
+            spills = re.findall(r"(\d+) bytes spill stores", log)
+            bad = rc != 0 or any(int(s) for s in spills)
+            failed |= bad
+            label = " ".join(f"{n}={v}" for n, v in zip(params.split(), values))
+            print(f"{'FAIL' if bad else 'ok  '} {body:26} {label}: registers {','.join(regs)}"
+                  f" spill bytes {','.join(spills)}")
+            if rc != 0:
+                print("\n".join(l for l in log.splitlines() if "error" in l)[:2000])
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
