@@ -71,13 +71,13 @@ pub fn applies(x: &Array, cols: i32) -> bool {
         && !crate::quant::training()
 }
 
-fn check_blocks(blocks: &Array, cols: i32) -> Result<()> {
+fn check_blocks(spec: &Spec, blocks: &Array, cols: i32) -> Result<()> {
     let row_bytes = cols / 256 * BLOCK_BYTES;
     if cols <= 0 || cols % 256 != 0 || blocks.ndim() != 2 || blocks.shape()[1] != row_bytes {
-        return Err(error(&MATMUL, "blocks that are not whole Q6_K rows"));
+        return Err(error(spec, "blocks that are not whole Q6_K rows"));
     }
     if blocks.dtype() != Dtype::Uint8 {
-        return Err(error(&MATMUL, "blocks that are not bytes"));
+        return Err(error(spec, "blocks that are not bytes"));
     }
     Ok(())
 }
@@ -86,7 +86,7 @@ fn check_blocks(blocks: &Array, cols: i32) -> Result<()> {
 /// * 210]`: `[..., rows]` in `x`'s dtype (the sum in float, rounded once). The caller checks
 /// [`applies`].
 pub fn matmul(x: &Array, blocks: &Array, cols: i32) -> Result<Array> {
-    check_blocks(blocks, cols)?;
+    check_blocks(&MATMUL, blocks, cols)?;
     if !applies(x, cols) {
         return Err(error(&MATMUL, "a row of another width or type"));
     }
@@ -118,7 +118,7 @@ pub fn dequantize(blocks: &Array, cols: i32, dtype: Dtype) -> Result<Array> {
     };
     let rows: i32 = lead.iter().product();
     let flat = blocks.reshape(&[rows, row_bytes])?;
-    check_blocks(&flat, cols)?;
+    check_blocks(&DEQUANTIZE, &flat, cols)?;
     if !matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32) {
         return Err(error(&DEQUANTIZE, "an output that is not a float type"));
     }
@@ -182,10 +182,10 @@ mod tests {
 
     #[test]
     fn blocks_must_be_whole_q6k_rows_of_bytes() {
-        assert!(check_blocks(&zeros(&[3, 420], Dtype::Uint8), 512).is_ok());
-        assert!(check_blocks(&zeros(&[3, 419], Dtype::Uint8), 512).is_err());
-        assert!(check_blocks(&zeros(&[3, 420], Dtype::Uint8), 500).is_err());
-        assert!(check_blocks(&zeros(&[3, 420], Dtype::Int32), 512).is_err());
-        assert!(check_blocks(&zeros(&[2, 3, 420], Dtype::Uint8), 512).is_err());
+        assert!(check_blocks(&MATMUL, &zeros(&[3, 420], Dtype::Uint8), 512).is_ok());
+        assert!(check_blocks(&MATMUL, &zeros(&[3, 419], Dtype::Uint8), 512).is_err());
+        assert!(check_blocks(&MATMUL, &zeros(&[3, 420], Dtype::Uint8), 500).is_err());
+        assert!(check_blocks(&MATMUL, &zeros(&[3, 420], Dtype::Int32), 512).is_err());
+        assert!(check_blocks(&MATMUL, &zeros(&[2, 3, 420], Dtype::Uint8), 512).is_err());
     }
 }

@@ -916,8 +916,9 @@ impl QuantWeight {
             View::Q6K { blocks, .. } if crate::cuda_q6k::applies(x, self.cols) => {
                 crate::cuda_q6k::matmul(x, blocks, self.cols)
             }
-            View::Q6K { blocks, .. } => {
-                let w = crate::cuda_q6k::dequantize(blocks, self.cols, x.dtype())?;
+            // the weights as the dense form holds them (MLX's product promotes as it did)
+            View::Q6K { blocks, dtype } => {
+                let w = crate::cuda_q6k::dequantize(blocks, self.cols, dtype)?;
                 Ok(x.matmul(w.t())?)
             }
         }
@@ -1049,8 +1050,8 @@ impl QuantWeight {
                 let wt = w.swap_axes(-1, -2)?;
                 Ok(ops::gather_mm(x, &wt, None, indices, None)?)
             }
-            View::Q6K { blocks, .. } => {
-                let w = crate::cuda_q6k::dequantize(blocks, self.cols, x.dtype())?;
+            View::Q6K { blocks, dtype } => {
+                let w = crate::cuda_q6k::dequantize(blocks, self.cols, dtype)?;
                 Ok(ops::gather_mm(
                     x,
                     &w.swap_axes(-1, -2)?,

@@ -69,8 +69,8 @@ fn q6k_matrices_on_cuda_keep_their_blocks_and_match_the_reference() {
         return;
     }
     std::env::set_var(cuda_q6k::SWITCH_VAR, "1");
-    // MLX's float32 GEMM rounds its inputs to TF32 by default: the dense product's check needs
-    // the float32 one (read once, before MLX's first product)
+    // the dense product's check needs MLX's float32 GEMM without TF32 rounding (gmlx's runtime
+    // turns it off unless the environment says otherwise; MLX reads it at its first product)
     std::env::set_var("MLX_ENABLE_TF32", "0");
     device::use_device(device::DeviceChoice::Gpu).expect("gpu");
     assert!(cuda_q6k::enabled(), "the Q6_K kernels are not taken");
