@@ -63,7 +63,8 @@ pub fn draw_row(logits: &Array, draw: &Draw) -> Result<Array> {
         let values = logits.take_along_axis(&ids, 0)?;
         (ids, values)
     } else {
-        let ids = Array::from_iter(0..vocab as u32, &[vocab as i32]);
+        // made by the device (a host array of the vocabulary's ids would be copied every step)
+        let ids = Array::arange::<_, u32>(0, vocab as u32, None)?;
         (ids, logits)
     };
     let order = ops::argsort_axis(&values.negative()?, 0)?;
