@@ -127,6 +127,14 @@ pub(crate) fn error(spec: &Spec, reason: &str) -> Error {
     }
 }
 
+/// The one output of a launch of kernel `spec`.
+pub(crate) fn single(spec: &Spec, outputs: Vec<Array>) -> Result<Array> {
+    outputs
+        .into_iter()
+        .next()
+        .ok_or_else(|| error(spec, "MLX returned no output"))
+}
+
 /// `f` on kernel `spec`, made once per thread (its handle is not shared between threads).
 fn with_kernel<R>(
     spec: &Spec,

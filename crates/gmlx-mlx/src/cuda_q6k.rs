@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use mlx_rs::{Array, Dtype};
 
-use crate::cuda_kernel::{self, Spec};
+use crate::cuda_kernel::{self, error, single, Spec};
 use crate::error::Result;
 
 /// The environment variable that turns the kernels on (`1`): Q6_K matrices kept in their blocks
@@ -142,17 +142,6 @@ pub fn dequantize(blocks: &Array, cols: i32, dtype: Dtype) -> Result<Array> {
         (threads, DEQUANTIZE_THREADS),
     )?;
     single(&DEQUANTIZE, outputs)
-}
-
-fn single(spec: &Spec, outputs: Vec<Array>) -> Result<Array> {
-    outputs
-        .into_iter()
-        .next()
-        .ok_or_else(|| error(spec, "MLX returned no output"))
-}
-
-fn error(spec: &Spec, reason: &str) -> crate::Error {
-    cuda_kernel::error(spec, reason)
 }
 
 #[cfg(test)]

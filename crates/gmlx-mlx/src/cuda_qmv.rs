@@ -282,7 +282,7 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
         &[(c"K", k), (c"N", n), (c"ROWS", rows)],
         grid(Kernel::One, (n + rows - 1) / rows),
     )?;
-    one(outputs)
+    cuda_kernel::single(Kernel::One.spec(), outputs)
 }
 
 /// `residual + x @ W^T` for one row `x [..., K]`, a 4-bit affine matrix `W [N, K]` and
@@ -309,7 +309,7 @@ pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
         &[(c"K", k), (c"N", n), (c"ROWS", rows)],
         grid(Kernel::Add, (n + rows - 1) / rows),
     )?;
-    one(outputs)
+    cuda_kernel::single(Kernel::One.spec(), outputs)
 }
 
 /// Whether [`matmul_add`] adds `residual` to the product of `x` and `p`: the product's shape
@@ -442,7 +442,7 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
         &ints,
         grid(which, (n + rows - 1) / rows),
     )?;
-    one(outputs)
+    cuda_kernel::single(Kernel::One.spec(), outputs)
 }
 
 /// A normed kernel's constants: `EPS` (the epsilon's float bits), `BLOCK` (threads per
@@ -481,13 +481,6 @@ pub fn shared_side_dtype(p: &[Packed<'_>]) -> Option<Dtype> {
 
 fn side_dtype(p: &[Packed<'_>]) -> Result<Dtype> {
     shared_side_dtype(p).ok_or_else(|| kernel_error("matrices whose scales differ in type"))
-}
-
-fn one(outputs: Vec<Array>) -> Result<Array> {
-    outputs
-        .into_iter()
-        .next()
-        .ok_or_else(|| kernel_error("MLX returned no output"))
 }
 
 fn kernel_error(reason: &str) -> Error {

@@ -393,7 +393,7 @@ impl HostMatrix {
 /// A Q6_K matrix's blocks as an MLX array `[rows, cols / 256 * 210]` where it stays in them
 /// ([`crate::cuda_q6k::enabled`]); `None` for every other tensor, or bytes of another size (the
 /// dense path then reports them).
-fn q6k_blocks(info: &TensorInfo, bytes: &[u8], rows: i32, cols: i32) -> Result<Option<Array>> {
+fn q6k_blocks(info: &TensorInfo, bytes: &[u8], rows: i32, cols: i32) -> Option<Array> {
     let row_bytes = cols / 256 * crate::cuda_q6k::BLOCK_BYTES;
     let whole = cols % 256 == 0 && bytes.len() == rows as usize * row_bytes as usize;
     if info.ggml_type != GgmlType::Q6_K
@@ -401,9 +401,9 @@ fn q6k_blocks(info: &TensorInfo, bytes: &[u8], rows: i32, cols: i32) -> Result<O
         || !whole
         || !crate::cuda_q6k::enabled()
     {
-        return Ok(None);
+        return None;
     }
-    Ok(Some(Array::from_slice(bytes, &[rows, row_bytes])))
+    Some(Array::from_slice(bytes, &[rows, row_bytes]))
 }
 
 /// Whether every value is exactly a float16.
@@ -488,7 +488,7 @@ impl QuantWeight {
         } else {
             Vec::new()
         };
-        if let Some(blocks) = q6k_blocks(info, file.tensor_data(info), rows, cols)? {
+        if let Some(blocks) = q6k_blocks(info, file.tensor_data(info), rows, cols) {
             return Ok(QuantWeight {
                 name,
                 codec: info.ggml_type,

@@ -105,8 +105,9 @@ def kernel_source(body_file, header, inputs, outputs, params, values):
     args += [f"T* {o}" if o != "part" else f"float* {o}" for o in outputs]
     body = open(os.path.join(KERNELS, body_file)).read()
     head = open(os.path.join(KERNELS, header)).read()
-    inst = ", ".join(str(BITS[v]) if v in BITS else str(v) for v in values)
-    concrete = dict(zip(names, [str(BITS.get(v, v)) for v in values]))
+    literal = [str(BITS.get(v, v)) for v in values]
+    inst = ", ".join(literal)
+    concrete = dict(zip(names, literal))
     sig = ", ".join(re.sub(r"\b([TSW])\b", lambda m: concrete.get(m.group(1), m.group(1)), a)
                     for a in args)
     return (f"{PREAMBLE}{head}\ntemplate <{template}>\n__global__ void gmlx_kernel("
