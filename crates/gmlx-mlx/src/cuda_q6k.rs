@@ -6,8 +6,9 @@
 //! blocks instead, `uint8 [rows, cols / 256 * 210]`: one row is multiplied by [`matmul`] (a warp
 //! per output row, reading the blocks as they are), more rows by the dense product of
 //! [`dequantize`] (the weights as the reference dequantizes them, rounded to the activation
-//! dtype, as the dense form held them). Off by default until its GPU test has run on a GPU
-//! (no lease came in the session that wrote it): `GMLX_CUDA_Q6K=1` turns it on.
+//! dtype, as the dense form held them). On by default since its GPU test passed on an H100
+//! and the 8B decode read faster with it (`bench/runs/2026-12-07-h100/`); `GMLX_CUDA_Q6K=0`
+//! dequantizes at load as before.
 use std::sync::OnceLock;
 
 use mlx_rs::{Array, Dtype};
@@ -15,8 +16,8 @@ use mlx_rs::{Array, Dtype};
 use crate::cuda_kernel::{self, error, single, Spec};
 use crate::error::Result;
 
-/// The environment variable that turns the kernels on (`1`): Q6_K matrices kept in their blocks
-/// on CUDA instead of dequantized at load.
+/// The environment variable that turns the kernels off (`0`): Q6_K matrices dequantized at load
+/// on CUDA too instead of kept in their blocks.
 pub const SWITCH_VAR: &str = "GMLX_CUDA_Q6K";
 
 /// Bytes of one Q6_K block of 256 weights.
@@ -54,11 +55,11 @@ fn inflight() -> i32 {
     *INFLIGHT.get_or_init(|| cuda_kernel::int_setting("GMLX_CUDA_Q6K_INFLIGHT", 1..=8, 4))
 }
 
-/// Whether Q6_K matrices are kept in their blocks now: MLX's CUDA backend on the GPU, with
-/// `GMLX_CUDA_Q6K=1`.
+/// Whether Q6_K matrices are kept in their blocks now: MLX's CUDA backend on the GPU, unless
+/// `GMLX_CUDA_Q6K=0`.
 pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| cuda_kernel::opted_in(SWITCH_VAR) && cuda_kernel::on_cuda())
+    *ENABLED.get_or_init(|| cuda_kernel::switched_on(SWITCH_VAR) && cuda_kernel::on_cuda())
         && crate::device::current() == Some(crate::device::DeviceKind::Gpu)
 }
 

@@ -8,8 +8,8 @@
 //! A 3-D tensor (GGUF dims `[in, out, experts]`) is a stack of expert matrices, multiplied
 //! per row with [`QuantWeight::gather_matmul`].
 //!
-//! On MLX's CUDA backend, with `GMLX_CUDA_Q6K=1`, a Q6_K matrix keeps the file's own blocks
-//! ([`crate::cuda_q6k`]).
+//! On MLX's CUDA backend a Q6_K matrix keeps the file's own blocks ([`crate::cuda_q6k`]; unless
+//! `GMLX_CUDA_Q6K=0`).
 use gmlx_gguf::{GgmlType, GgufFile, TensorInfo};
 use mlx_rs::{ops, Array, Dtype};
 

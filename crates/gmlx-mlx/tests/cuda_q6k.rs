@@ -68,7 +68,8 @@ fn q6k_matrices_on_cuda_keep_their_blocks_and_match_the_reference() {
         eprintln!("skipped: the MLX runtime in use has no CUDA backend");
         return;
     }
-    std::env::set_var(cuda_q6k::SWITCH_VAR, "1");
+    // the kernels as a user gets them: on by default
+    std::env::remove_var(cuda_q6k::SWITCH_VAR);
     // the dense product's check needs MLX's float32 GEMM without TF32 rounding (gmlx's runtime
     // turns it off unless the environment says otherwise; MLX reads it at its first product)
     std::env::set_var("MLX_ENABLE_TF32", "0");

@@ -8,7 +8,7 @@ set -u
 for s in ${SETTING//,/ }; do export "$s"; done
 echo "## test_cuda_qmv with ${SETTING:-defaults}"
 GMLX_CUDA_QMV=1 /root/bin/test_cuda_qmv --nocapture 2>&1 | tail -8 | tee $OUT/test-cuda-qmv.txt
-case "${SETTING:-}" in *GMLX_CUDA_Q6K=1*)
+case "${SETTING:-}" in *GMLX_CUDA_Q6K=0*) ;; *)
   echo "## test_cuda_q6k"; /root/bin/test_cuda_q6k --nocapture 2>&1 | tail -6 | tee $OUT/test-cuda-q6k.txt ;;
 esac
 if [ "${ATTENTION:-0}" = 1 ]; then
