@@ -7,7 +7,8 @@
 //!   2. takes the mlx-c 0.7.0 sources from the upstream crate itself: a nested
 //!      `cargo metadata` on a throw-away manifest makes Cargo download, checksum-verify and
 //!      unpack it (nothing is vendored);
-//!   3. builds mlx-c as a static `libmlxc.a` with CMake against that MLX;
+//!   3. builds mlx-c as a static `libmlxc.a` with CMake against that MLX, and gmlx's shim over
+//!      MLX's C++ API (`shim/`: what mlx-c does not offer) as `libgmlxshim.a`;
 //!   4. generates the Rust bindings with bindgen over all `mlx/c/*.h`, as upstream does;
 //!   5. links `libmlx` dynamically, and OpenBLAS ahead of it when it is installed (the wheel
 //!      bundles reference BLAS, about 20x slower for float32 matmul on CPU).
@@ -79,6 +80,7 @@ const OPENBLAS_DIRS: &[&str] = &[
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=compat");
+    println!("cargo:rerun-if-changed=shim");
     for var in ["MLX_PREFIX", "MLX_C_SRC", "GMLX_CACHE_DIR", "GMLX_BLAS"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
@@ -112,6 +114,18 @@ fn main() {
         .define("BUILD_SHARED_LIBS", "OFF")
         .define("CMAKE_INSTALL_LIBDIR", "lib")
         .build();
+
+    // ---- gmlx's own shim over MLX's C++ API (shim/*.cpp), beside mlx-c ---------------------
+    cc::Build::new()
+        .cpp(true)
+        .std("c++20")
+        .file(manifest_dir.join("shim/kept_primitive.cpp"))
+        .include(prefix.join("include"))
+        .include(&mlx_c)
+        .flag(format!("-include{}", format_compat.display()))
+        .flag(format!("-include{}", half_compat.display()))
+        .warnings(false)
+        .compile("gmlxshim");
 
     // ---- link ------------------------------------------------------------------------------
     println!(

@@ -11,6 +11,7 @@ use std::sync::{Mutex, OnceLock};
 use mlx_rs::{Array, Dtype, Stream};
 
 use crate::error::{Error, Result};
+use crate::kept::KeptPrimitive;
 use crate::runtime::{check, Backend};
 
 /// One kernel: its name (MLX's key for the compiled kernel, with a hash of the text added),
@@ -29,8 +30,102 @@ pub(crate) type Output<'a> = (&'a [i32], Dtype);
 
 /// Applies kernel `spec` to `inputs` with `outputs`, the template types `types` (named so that
 /// they enter the compiled kernel's name: MLX keys its compiled kernels by name and template
-/// values), integer constants `ints`, over `(threads in all, threads per block)`.
+/// values), integer constants `ints`, over `(threads in all, threads per block)`. With
+/// `GMLX_CUDA_KERNEL_REUSE=1` a launch whose [`launch_key`] an earlier one of this thread had
+/// reuses that launch's primitive ([`KeptPrimitive`]): MLX generates a kernel's whole text at
+/// every call of its custom-kernel function, and a decode step makes a few hundred calls.
 pub(crate) fn launch(
+    spec: &Spec,
+    inputs: &[Array],
+    outputs: &[Output<'_>],
+    types: &[(&CStr, Dtype)],
+    ints: &[(&CStr, i32)],
+    (grid, block): (i32, i32),
+) -> Result<Vec<Array>> {
+    if !reuse_enabled() {
+        return launch_new(spec, inputs, outputs, types, ints, (grid, block));
+    }
+    let key = launch_key(spec, inputs, outputs, types, ints, (grid, block));
+    let reused = KEPT.with(|kept| kept.borrow().get(&key).map(|k| k.apply(inputs)));
+    if let Some(arrays) = reused {
+        let arrays = arrays.map_err(|reason| error(spec, &reason))?;
+        if arrays.len() != outputs.len() {
+            return Err(error(spec, "MLX returned another number of outputs"));
+        }
+        return Ok(arrays);
+    }
+    let arrays = launch_new(spec, inputs, outputs, types, ints, (grid, block))?;
+    if let Some(k) = arrays.first().and_then(KeptPrimitive::of) {
+        KEPT.with(|kept| {
+            let mut kept = kept.borrow_mut();
+            if kept.len() >= MAX_KEPT {
+                kept.clear();
+            }
+            kept.insert(key, k);
+        });
+    }
+    Ok(arrays)
+}
+
+/// The environment variable that turns on (`1`) making a launch's node from the primitive of an
+/// earlier launch of the same kernel, settings and argument types ([`launch`]).
+pub const REUSE_VAR: &str = "GMLX_CUDA_KERNEL_REUSE";
+
+/// Whether [`launch`] reuses primitives (`GMLX_CUDA_KERNEL_REUSE=1`; off by default until
+/// measured on a GPU).
+fn reuse_enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| opted_in(REUSE_VAR))
+}
+
+/// Primitives kept per thread at most; past it the map starts over (a decode step launches a
+/// few dozen distinct settings; the attention's grid grows with the context).
+const MAX_KEPT: usize = 1024;
+
+thread_local! {
+    /// This thread's kept primitives by [`launch_key`].
+    static KEPT: RefCell<HashMap<Vec<i64>, KeptPrimitive>> = RefCell::new(HashMap::new());
+}
+
+/// What decides a launch's primitive: the kernel, the stream it runs on (the thread's default),
+/// the grid, the outputs' shapes and dtypes, the template values, and the inputs' dtypes (MLX
+/// writes them into the kernel's signature); not the inputs themselves.
+fn launch_key(
+    spec: &Spec,
+    inputs: &[Array],
+    outputs: &[Output<'_>],
+    types: &[(&CStr, Dtype)],
+    ints: &[(&CStr, i32)],
+    (grid, block): (i32, i32),
+) -> Vec<i64> {
+    let stream = Stream::thread_local_or_default();
+    let mut index = -1;
+    // SAFETY: the stream is live for the call.
+    unsafe { mlx_sys::mlx_stream_get_index(&mut index, stream.as_ptr()) };
+    let dtype = |d: Dtype| i64::from(mlx_sys::mlx_dtype::from(d));
+    let mut key = vec![
+        spec as *const Spec as i64,
+        i64::from(index),
+        i64::from(grid),
+        i64::from(block),
+    ];
+    for (shape, d) in outputs {
+        key.push(shape.len() as i64);
+        key.extend(shape.iter().map(|&n| i64::from(n)));
+        key.push(dtype(*d));
+    }
+    for (name, d) in types {
+        key.extend([name.as_ptr() as i64, dtype(*d)]);
+    }
+    for (name, value) in ints {
+        key.extend([name.as_ptr() as i64, i64::from(*value)]);
+    }
+    key.extend(inputs.iter().map(|a| dtype(a.dtype())));
+    key
+}
+
+/// [`launch`] through MLX's custom-kernel call (which generates the kernel's text).
+fn launch_new(
     spec: &Spec,
     inputs: &[Array],
     outputs: &[Output<'_>],

@@ -40,8 +40,12 @@ pub const FUSE_VAR: &str = "GMLX_CUDA_QMV_FUSE";
 /// add after ([`norm_matmul_three`], [`norm_silu_glu`], [`matmul_add`]), leaving the rest.
 pub const FUSE_NORM_ADD_VAR: &str = "GMLX_CUDA_QMV_FUSE_NORM_ADD";
 
-/// The environment variable that turns on (`1`) the normed kernels' weight prefetch.
-pub const PREFETCH_VAR: &str = "GMLX_CUDA_QMV_PREFETCH";
+/// The environment variable that sets the warps sharing a row of a one-matrix product
+/// ([`split_for`]).
+pub const SPLIT_VAR: &str = "GMLX_CUDA_QMV_SPLIT";
+
+/// The environment variable that turns on (`1`) the normed kernels' early weight loads.
+pub const EARLY_VAR: &str = "GMLX_CUDA_QMV_EARLY";
 
 const HEADER: &str = include_str!("kernels/qmv4.cuh");
 
@@ -265,12 +269,44 @@ fn grid(which: Kernel, warps: i32) -> (i32, i32) {
     (blocks * threads, threads)
 }
 
+/// The launch of a one-matrix kernel for `n` rows in warps of `rows` rows: with `split` 1 a
+/// warp per `rows` rows ([`grid`]), else a block of `split` warps per `rows` rows.
+fn split_grid(which: Kernel, n: i32, rows: i32, split: i32) -> (i32, i32) {
+    if split == 1 {
+        return grid(which, (n + rows - 1) / rows);
+    }
+    let threads = 32 * split;
+    ((n + rows - 1) / rows * threads, threads)
+}
+
+/// Warps that share each row of a one-matrix product of `k` columns: `GMLX_CUDA_QMV_SPLIT`
+/// (1, 2, 4 or 8; 1 by default: a warp per row) where `k` is a multiple of 32 times it, else 1.
+/// A warp reads its row's groups 128 at a time (32 lanes, four groups each in flight), waiting
+/// for each round before the next: the Llama-3-8B down product (`k` = 14 336) waits on four.
+fn split_for(k: i32) -> i32 {
+    static SPLIT: OnceLock<i32> = OnceLock::new();
+    let split = *SPLIT.get_or_init(|| {
+        let n = cuda_kernel::int_setting(SPLIT_VAR, 1..=8, 1);
+        if n.count_ones() == 1 {
+            n
+        } else {
+            1
+        }
+    });
+    if k % (32 * split) == 0 {
+        split
+    } else {
+        1
+    }
+}
+
 /// `x @ W^T` for one row `x [..., K]` and a 4-bit affine matrix `W [N, K]`: `[..., N]` in
 /// `x`'s dtype. The caller checks [`applies`].
 pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
     let rows = rows_per_warp();
+    let split = split_for(k);
     let mut inputs = operands(&p)?.to_vec();
     inputs.push(x.clone());
     let shape = out_shape(x, n);
@@ -279,8 +315,8 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
         &inputs,
         &[&shape],
         &types(x, p.scales.dtype(), None),
-        &[(c"K", k), (c"N", n), (c"ROWS", rows)],
-        grid(Kernel::One, (n + rows - 1) / rows),
+        &[(c"K", k), (c"N", n), (c"ROWS", rows), (c"SPLIT", split)],
+        split_grid(Kernel::One, n, rows, split),
     )?;
     cuda_kernel::single(Kernel::One.spec(), outputs)
 }
@@ -298,6 +334,7 @@ pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
     let k = p.w.shape()[1] * 8;
     let shape = out_shape(x, n);
     let rows = rows_per_warp();
+    let split = split_for(k);
     let mut inputs = operands(&p)?.to_vec();
     inputs.push(x.clone());
     inputs.push(residual.clone());
@@ -306,8 +343,8 @@ pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
         &inputs,
         &[&shape],
         &types(x, p.scales.dtype(), None),
-        &[(c"K", k), (c"N", n), (c"ROWS", rows)],
-        grid(Kernel::Add, (n + rows - 1) / rows),
+        &[(c"K", k), (c"N", n), (c"ROWS", rows), (c"SPLIT", split)],
+        split_grid(Kernel::Add, n, rows, split),
     )?;
     cuda_kernel::single(Kernel::One.spec(), outputs)
 }
@@ -446,20 +483,22 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
 }
 
 /// A normed kernel's constants: `EPS` (the epsilon's float bits), `BLOCK` (threads per
-/// block, over which the kernel norms its row) and `PREFETCH` ([`prefetch_enabled`]).
+/// block, over which the kernel norms its row) and `EARLY` ([`early_loads`]).
 fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 3] {
     [
         (c"EPS", norm.eps.to_bits() as i32),
         (c"BLOCK", 32 * which.warps_per_block()),
-        (c"PREFETCH", i32::from(prefetch_enabled())),
+        (c"EARLY", i32::from(early_loads())),
     ]
 }
 
-/// Whether a normed kernel asks the L2 cache for its warps' first weights before its norm
-/// (`GMLX_CUDA_QMV_PREFETCH=1`; off by default until measured faster on a GPU).
-fn prefetch_enabled() -> bool {
+/// Whether a normed kernel's warps issue their first weight loads before the block's norm, so
+/// that they are in flight while it runs (`GMLX_CUDA_QMV_EARLY=1`; off by default until
+/// measured on a GPU). Its L2-prefetch form (`prefetch.global.L2` before the norm) made the 8B
+/// decode 2.6 % slower on an H100 (`bench/runs/2026-12-06-h100-8/`) and was removed.
+fn early_loads() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| cuda_kernel::opted_in(PREFETCH_VAR))
+    *ENABLED.get_or_init(|| cuda_kernel::opted_in(EARLY_VAR))
 }
 
 /// The kernels' template types: `T` (the row's and outputs' dtype), `S` (the matrices'

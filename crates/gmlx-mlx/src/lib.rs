@@ -27,6 +27,7 @@ pub mod cuda_qmv;
 pub mod custom_vjp;
 pub mod device;
 mod error;
+mod kept;
 pub mod memory;
 pub mod owned;
 pub mod precision;

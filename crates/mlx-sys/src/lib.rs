@@ -20,3 +20,18 @@ pub extern "C" fn mach_approximate_time() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
 }
+
+// gmlx's shim over MLX's C++ API (`shim/kept_primitive.cpp`): a node's primitive kept to make
+// new nodes from new inputs.
+extern "C" {
+    /// The primitive of `node` (not yet evaluated) with its node's output shapes and dtypes;
+    /// null where it has none. Freed by [`gmlx_kept_primitive_free`].
+    pub fn gmlx_kept_primitive_new(node: mlx_array) -> *mut std::ffi::c_void;
+    /// New outputs of the kept primitive on `inputs` into `res`; 0 on success.
+    pub fn gmlx_kept_primitive_apply(
+        res: *mut mlx_vector_array,
+        kept: *const std::ffi::c_void,
+        inputs: mlx_vector_array,
+    ) -> std::ffi::c_int;
+    pub fn gmlx_kept_primitive_free(kept: *mut std::ffi::c_void);
+}

@@ -46,21 +46,27 @@ FORMS = [
      [("nw", "W")] + side("0") + side("1") + side("2")
      + [("x", "T"), ("inv_freq", "float"), ("pos", "int32_t")],
      ["y0", "y1", "y2"],
-     "T S W K N0 N1 N2 ROWS EPS BLOCK PREFETCH D RD PSCALE",
-     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, p, 128, 128, "PSCALE"] for p in (0, 1)]
-     + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, 0, 64, 64, "PSCALE"]]),
+     "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY D RD PSCALE",
+     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, 128, 128, "PSCALE"] for e in (0, 1)]
+     + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, e, 64, 64, "PSCALE"] for e in (0, 1)]),
+    ("qmv4_norm_three.cu", "qmv4.cuh",
+     [("nw", "W")] + side("0") + side("1") + side("2") + [("x", "T")],
+     ["y0", "y1", "y2"], "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY",
+     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e] for e in (0, 1)]),
     ("qmv4_norm_silu.cu", "qmv4.cuh",
      [("nw", "W")] + [("wg", "uint32_t"), ("sg", "S"), ("bg", "S"),
                       ("wu", "uint32_t"), ("su", "S"), ("bu", "S"), ("x", "T")],
-     ["y"], "T S W K N ROWS EPS BLOCK PREFETCH",
-     [[B, B, B, 4096, 14336, 1, "EPS", 256, 0], [B, B, B, 576, 1536, 1, "EPS", 256, 0]]),
+     ["y"], "T S W K N ROWS EPS BLOCK EARLY",
+     [[B, B, B, k, n, 1, "EPS", 256, e] for k, n in ((4096, 14336), (576, 1536)) for e in (0, 1)]),
     ("qmv4_add.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")],
-     ["y"], "T S K N ROWS",
-     [[B, B, 14336, 4096, 2], [B, B, 4096, 4096, 2], [B, B, 1536, 576, 2]]),
+     ["y"], "T S K N ROWS SPLIT",
+     [[B, B, k, n, 2, sp] for k, n in ((14336, 4096), (4096, 4096)) for sp in (1, 2, 4)]
+     + [[B, B, 1536, 576, 2, sp] for sp in (1, 4)]),
     ("qmv4.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T")],
-     ["y"], "T S K N ROWS", [[B, B, 4096, 128256, 2], [F, F, 4096, 1024, 2]]),
+     ["y"], "T S K N ROWS SPLIT",
+     [[B, B, 4096, 128256, 2, sp] for sp in (1, 4)] + [[F, F, 4096, 1024, 2, 1]]),
     ("attend_decode.cu", "attend.cuh",
      [("q", "T"), ("k", "T"), ("v", "T"), ("kc", "T"), ("kc_shape", "Shape"), ("vc", "T"),
       ("pos", "int32_t"), ("counters", "uint32_t")],
@@ -127,11 +133,12 @@ def main():
                                   kernel_source(body, header, inputs, outputs, params, values))
             regs = re.findall(r"Used (\d+) registers", log)
             spills = re.findall(r"(\d+) bytes spill stores", log)
+            stack = re.findall(r"(\d+) bytes stack frame", log)
             bad = rc != 0 or any(int(s) for s in spills)
             failed |= bad
             label = " ".join(f"{n}={v}" for n, v in zip(params.split(), values))
             print(f"{'FAIL' if bad else 'ok  '} {body:26} {label}: registers {','.join(regs)}"
-                  f" spill bytes {','.join(spills)}")
+                  f" spill bytes {','.join(spills)} stack bytes {','.join(stack)}")
             if rc != 0:
                 print("\n".join(l for l in log.splitlines() if "error" in l)[:2000])
     sys.exit(1 if failed else 0)

@@ -46,15 +46,45 @@ __device__ __forceinline__ GmlxShare gmlx_qmv4_three_share() {
   return GmlxShare{3, 0};
 }
 
+// The codes, scales and biases of groups g0, g0 + 32, ... (GMLX_QMV4_INFLIGHT of them, those
+// below K / 32) of R rows, loaded before any is used.
+template <int K, int R, typename S>
+struct GmlxQmv4Loads {
+  uint4 codes[GMLX_QMV4_INFLIGHT][R];
+  float scale[GMLX_QMV4_INFLIGHT][R];
+  float bias[GMLX_QMV4_INFLIGHT][R];
+
+  __device__ __forceinline__ void load(
+      const uint32_t* const* w,
+      const S* const* s,
+      const S* const* b,
+      int g0) {
+#pragma unroll
+    for (int u = 0; u < GMLX_QMV4_INFLIGHT; ++u) {
+      const int g = g0 + 32 * u;
+      if (g < K / 32) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          codes[u][r] = __ldg(reinterpret_cast<const uint4*>(w[r]) + g);
+          scale[u][r] = static_cast<float>(s[r][g]);
+          bias[u][r] = static_cast<float>(b[r][g]);
+        }
+      }
+    }
+  }
+};
+
 // acc[r] = row r . x for the R rows whose codes, scales and biases start at w[r], s[r], b[r]:
-// the whole warp's sum, in every lane.
+// the whole warp's sum, in every lane. `first`, where given, holds the lane's first loads
+// (GmlxQmv4Loads::load at group `lane`), issued by the caller before it computed x.
 template <int K, int R, typename S, typename T>
 __device__ __forceinline__ void gmlx_qmv4_dot(
     const uint32_t* const* w,
     const S* const* s,
     const S* const* b,
     const T* x,
-    float* acc) {
+    float* acc,
+    const GmlxQmv4Loads<K, R, S>* first = nullptr) {
   constexpr int GROUPS = K / 32;
   constexpr int INFLIGHT = GMLX_QMV4_INFLIGHT;
   const int lane = threadIdx.x & 31;
@@ -64,20 +94,11 @@ __device__ __forceinline__ void gmlx_qmv4_dot(
     acc[r] = 0.0f;
   }
   for (int g0 = lane; g0 < GROUPS; g0 += 32 * INFLIGHT) {
-    uint4 codes[INFLIGHT][R];
-    float scale[INFLIGHT][R];
-    float bias[INFLIGHT][R];
-#pragma unroll
-    for (int u = 0; u < INFLIGHT; ++u) {
-      const int g = g0 + 32 * u;
-      if (g < GROUPS) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          codes[u][r] = __ldg(reinterpret_cast<const uint4*>(w[r]) + g);
-          scale[u][r] = static_cast<float>(s[r][g]);
-          bias[u][r] = static_cast<float>(b[r][g]);
-        }
-      }
+    GmlxQmv4Loads<K, R, S> l;
+    if (first != nullptr && g0 == lane) {
+      l = *first;
+    } else {
+      l.load(w, s, b, g0);
     }
 #pragma unroll
     for (int u = 0; u < INFLIGHT; ++u) {
@@ -111,7 +132,8 @@ __device__ __forceinline__ void gmlx_qmv4_dot(
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const uint32_t words[4] = {codes[u][r].x, codes[u][r].y, codes[u][r].z, codes[u][r].w};
+        const uint4 code = l.codes[u][r];
+        const uint32_t words[4] = {code.x, code.y, code.z, code.w};
         float d = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -127,7 +149,7 @@ __device__ __forceinline__ void gmlx_qmv4_dot(
             d = fmaf(qo, xv[j * 8 + 2 * k + 1], d);
           }
         }
-        acc[r] = fmaf(scale[u][r], d, fmaf(bias[u][r], xs, acc[r]));
+        acc[r] = fmaf(l.scale[u][r], d, fmaf(l.bias[u][r], xs, acc[r]));
       }
     }
   }
@@ -162,56 +184,6 @@ __device__ __forceinline__ void gmlx_qmv4_point(
   }
 }
 
-// Asks the L2 cache for what gmlx_qmv4_dot first loads of rows row0 .. row0 + ROWS of a matrix
-// (the codes, scales and biases of its first 32 * GMLX_QMV4_INFLIGHT groups per row), one
-// 128-byte line per lane, without waiting: a normed kernel calls it before its norm, so that its
-// first DRAM reads run under the norm instead of after it.
-template <int K, int ROWS, typename S>
-__device__ __forceinline__ void gmlx_qmv4_prefetch(
-    const uint32_t* w,
-    const S* scales,
-    const S* biases,
-    int n,
-    int row0) {
-  constexpr int FIRST = 32 * GMLX_QMV4_INFLIGHT;
-  constexpr int GROUPS = K / 32 < FIRST ? K / 32 : FIRST;
-  constexpr int CODE_LINES = (GROUPS * 16 + 127) / 128;
-  constexpr int SIDE_LINES = (GROUPS * static_cast<int>(sizeof(S)) + 127) / 128;
-  constexpr int LINES = CODE_LINES + 2 * SIDE_LINES;
-  const uint32_t* wr[ROWS];
-  const S* sr[ROWS];
-  const S* br[ROWS];
-  gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    for (int i = lane; i < LINES; i += 32) {
-      const char* line = i < CODE_LINES
-          ? reinterpret_cast<const char*>(wr[r]) + i * 128
-          : i < CODE_LINES + SIDE_LINES
-          ? reinterpret_cast<const char*>(sr[r]) + (i - CODE_LINES) * 128
-          : reinterpret_cast<const char*>(br[r]) + (i - CODE_LINES - SIDE_LINES) * 128;
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(line)));
-    }
-  }
-}
-
-// gmlx_qmv4_prefetch of the rows gmlx_qmv4_three gives this warp.
-template <int K, int N0, int N1, int N2, int ROWS, typename S>
-__device__ __forceinline__ void gmlx_qmv4_three_prefetch(
-    const uint32_t* w0, const S* s0, const S* b0,
-    const uint32_t* w1, const S* s1, const S* b1,
-    const uint32_t* w2, const S* s2, const S* b2) {
-  const GmlxShare share = gmlx_qmv4_three_share<N0, N1, N2, ROWS>();
-  if (share.matrix == 0) {
-    gmlx_qmv4_prefetch<K, ROWS>(w0, s0, b0, N0, share.row0);
-  } else if (share.matrix == 1) {
-    gmlx_qmv4_prefetch<K, ROWS>(w1, s1, b1, N1, share.row0);
-  } else if (share.matrix == 2) {
-    gmlx_qmv4_prefetch<K, ROWS>(w2, s2, b2, N2, share.row0);
-  }
-}
-
 // The rotation of a block's queries or keys at one position, taken by a product's rows before
 // they are written: MLX's `traditional` rotation of a head's rows 2i and 2i + 1 by angle
 // t * inv_freq[i], over the first rd of each head's d rows. A warp's ROWS rows (even) start at
@@ -223,10 +195,49 @@ struct GmlxRope {
   int rd;
 };
 
-// y[row0 .. row0 + ROWS) = rows of W x, those below n; plus the same rows of `residual` where
-// it is given, added as MLX adds two arrays of T (the product rounded to T first); or rotated
-// by `rope` where its inv_freq is given (the product rounded to T, rotated in float, as MLX's
-// rope reads and writes T).
+// Writes a warp's ROWS products `acc` (lane 0's) to y[row0 .. row0 + ROWS), those below n:
+// plus the same rows of `residual` where it is given, added as MLX adds two arrays of T (the
+// product rounded to T first); or rotated by `rope` where its inv_freq is given (the product
+// rounded to T, rotated in float, as MLX's rope reads and writes T).
+template <int ROWS, typename T>
+__device__ __forceinline__ void gmlx_qmv4_store(
+    float* acc,
+    T* y,
+    int n,
+    int row0,
+    const T* residual,
+    GmlxRope rope) {
+  if ((threadIdx.x & 31) != 0) {
+    return;
+  }
+  if (rope.inv_freq != nullptr) {
+#pragma unroll
+    for (int r = 0; r + 1 < ROWS; r += 2) {
+      const int i = (row0 + r) % rope.d;
+      if (i < rope.rd) {
+        const float a = static_cast<float>(static_cast<T>(acc[r]));
+        const float b = static_cast<float>(static_cast<T>(acc[r + 1]));
+        float sin_t;
+        float cos_t;
+        sincosf(rope.t * rope.inv_freq[i / 2], &sin_t, &cos_t);
+        acc[r] = a * cos_t - b * sin_t;
+        acc[r + 1] = a * sin_t + b * cos_t;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    if (row0 + r < n) {
+      const T product = static_cast<T>(acc[r]);
+      y[row0 + r] = residual == nullptr
+          ? product
+          : static_cast<T>(static_cast<float>(residual[row0 + r]) + static_cast<float>(product));
+    }
+  }
+}
+
+// y[row0 .. row0 + ROWS) = rows of W x, those below n, with `residual` or `rope` as
+// gmlx_qmv4_store takes them.
 template <int K, int ROWS, typename S, typename T>
 __device__ __forceinline__ void gmlx_qmv4_rows(
     const uint32_t* w,
@@ -244,36 +255,78 @@ __device__ __forceinline__ void gmlx_qmv4_rows(
   gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
   float acc[ROWS];
   gmlx_qmv4_dot<K, ROWS, S, T>(wr, sr, br, x, acc);
-  if ((threadIdx.x & 31) == 0) {
-    if (rope.inv_freq != nullptr) {
+  gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, rope);
+}
+
+// y[row0 .. row0 + ROWS) for row0 = blockIdx.x * ROWS, with `residual` as gmlx_qmv4_store
+// takes it, by a block of SPLIT warps that each take K / SPLIT columns of the rows (one warp
+// would wait on K / (32 * 32 * GMLX_QMV4_INFLIGHT) rounds of loads in turn), their sums added
+// in shared memory in warp order. K is a multiple of 32 * SPLIT.
+template <int K, int ROWS, int SPLIT, typename S, typename T>
+__device__ __forceinline__ void gmlx_qmv4_rows_split(
+    const uint32_t* w,
+    const S* scales,
+    const S* biases,
+    const T* x,
+    T* y,
+    int n,
+    const T* residual) {
+  constexpr int PART = K / SPLIT;
+  __shared__ float partial[SPLIT][ROWS];
+  const int row0 = blockIdx.x * ROWS;
+  const int part = threadIdx.x >> 5;
+  const uint32_t* wr[ROWS];
+  const S* sr[ROWS];
+  const S* br[ROWS];
+  gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
 #pragma unroll
-      for (int r = 0; r + 1 < ROWS; r += 2) {
-        const int i = (row0 + r) % rope.d;
-        if (i < rope.rd) {
-          const float a = static_cast<float>(static_cast<T>(acc[r]));
-          const float b = static_cast<float>(static_cast<T>(acc[r + 1]));
-          float sin_t;
-          float cos_t;
-          sincosf(rope.t * rope.inv_freq[i / 2], &sin_t, &cos_t);
-          acc[r] = a * cos_t - b * sin_t;
-          acc[r + 1] = a * sin_t + b * cos_t;
-        }
-      }
-    }
+  for (int r = 0; r < ROWS; ++r) {
+    wr[r] += part * (PART / 8);
+    sr[r] += part * (PART / 32);
+    br[r] += part * (PART / 32);
+  }
+  float acc[ROWS];
+  gmlx_qmv4_dot<PART, ROWS, S, T>(wr, sr, br, x + part * PART, acc);
+  if ((threadIdx.x & 31) == 0) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      if (row0 + r < n) {
-        const T product = static_cast<T>(acc[r]);
-        y[row0 + r] = residual == nullptr
-            ? product
-            : static_cast<T>(static_cast<float>(residual[row0 + r]) + static_cast<float>(product));
-      }
+      partial[part][r] = acc[r];
+    }
+  }
+  __syncthreads();
+  if (part != 0) {
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    float sum = partial[0][r];
+#pragma unroll
+    for (int p = 1; p < SPLIT; ++p) {
+      sum += partial[p][r];
+    }
+    acc[r] = sum;
+  }
+  gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, GmlxRope{nullptr, 0.0f, 0, 0});
+}
+
+// Writes silu(gate) * up of a warp's products `acc` (lane 0's: ROWS gate rows, then ROWS up
+// rows) to y[row0 .. row0 + ROWS), those below n; the product leaves in float before rounding.
+template <int ROWS, typename T>
+__device__ __forceinline__ void gmlx_qmv4_silu_store(const float* acc, T* y, int n, int row0) {
+  if ((threadIdx.x & 31) != 0) {
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    if (row0 + r < n) {
+      const float gate = acc[r];
+      y[row0 + r] = static_cast<T>(gate / (1.0f + expf(-gate)) * acc[ROWS + r]);
     }
   }
 }
 
 // y[row0 .. row0 + ROWS) = silu(G x) * (U x) for those rows below n: the gate's and the up
-// matrix's rows share the warp's activations, and the product leaves in float before rounding.
+// matrix's rows share the warp's activations.
 template <int K, int ROWS, typename S, typename T>
 __device__ __forceinline__ void gmlx_qmv4_silu_rows(
     const uint32_t* wg,
@@ -293,15 +346,7 @@ __device__ __forceinline__ void gmlx_qmv4_silu_rows(
   gmlx_qmv4_point<K, ROWS, S>(wu, su, bu, n, row0, ROWS, wr, sr, br);
   float acc[2 * ROWS];
   gmlx_qmv4_dot<K, 2 * ROWS, S, T>(wr, sr, br, x, acc);
-  if ((threadIdx.x & 31) == 0) {
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      if (row0 + r < n) {
-        const float gate = acc[r];
-        y[row0 + r] = static_cast<T>(gate / (1.0f + expf(-gate)) * acc[ROWS + r]);
-      }
-    }
-  }
+  gmlx_qmv4_silu_store<ROWS, T>(acc, y, n, row0);
 }
 
 // The three matrices' rows by warp (gmlx_qmv4_three_share); W0's and W1's rows rotated by
@@ -396,4 +441,76 @@ __device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, flo
     }
   }
   __syncthreads();
+}
+
+// gmlx_qmv4_three of xn = RMSNorm(x) (gmlx_rms_norm_block, every thread of the block takes
+// part), each warp's first weight loads issued before the norm so that they are in flight
+// while it runs (a decode step's blocks otherwise read nothing from DRAM during their norm).
+template <int K, int N0, int N1, int N2, int ROWS, int BLOCK, typename S, typename T, typename W>
+__device__ __forceinline__ void gmlx_qmv4_norm_three_early(
+    const W* nw, float eps, const T* x, T* xn,
+    const uint32_t* w0, const S* s0, const S* b0,
+    const uint32_t* w1, const S* s1, const S* b1,
+    const uint32_t* w2, const S* s2, const S* b2,
+    T* y0, T* y1, T* y2,
+    GmlxRope rope) {
+  const GmlxShare share = gmlx_qmv4_three_share<N0, N1, N2, ROWS>();
+  const uint32_t* wr[ROWS];
+  const S* sr[ROWS];
+  const S* br[ROWS];
+  T* y = y2;
+  int n = N2;
+  if (share.matrix == 0) {
+    gmlx_qmv4_point<K, ROWS, S>(w0, s0, b0, N0, share.row0, 0, wr, sr, br);
+    y = y0;
+    n = N0;
+  } else if (share.matrix == 1) {
+    gmlx_qmv4_point<K, ROWS, S>(w1, s1, b1, N1, share.row0, 0, wr, sr, br);
+    y = y1;
+    n = N1;
+  } else {
+    gmlx_qmv4_point<K, ROWS, S>(w2, s2, b2, N2, share.row0, 0, wr, sr, br);
+  }
+  const bool mine = share.matrix < 3;
+  GmlxQmv4Loads<K, ROWS, S> first;
+  if (mine) {
+    first.load(wr, sr, br, threadIdx.x & 31);
+  }
+  gmlx_rms_norm_block<K, BLOCK>(x, nw, eps, xn);
+  if (!mine) {
+    return;
+  }
+  float acc[ROWS];
+  gmlx_qmv4_dot<K, ROWS, S, T>(wr, sr, br, xn, acc, &first);
+  const T* no_residual = nullptr;
+  const GmlxRope rotation = share.matrix < 2 ? rope : GmlxRope{nullptr, 0.0f, 0, 0};
+  gmlx_qmv4_store<ROWS, T>(acc, y, n, share.row0, no_residual, rotation);
+}
+
+// gmlx_qmv4_silu_rows of xn = RMSNorm(x) for this warp's rows, its first weight loads issued
+// before the norm (as gmlx_qmv4_norm_three_early).
+template <int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W>
+__device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
+    const W* nw, float eps, const T* x, T* xn,
+    const uint32_t* wg, const S* sg, const S* bg,
+    const uint32_t* wu, const S* su, const S* bu,
+    T* y) {
+  const int row0 = gmlx_warp_index() * ROWS;
+  const uint32_t* wr[2 * ROWS];
+  const S* sr[2 * ROWS];
+  const S* br[2 * ROWS];
+  gmlx_qmv4_point<K, ROWS, S>(wg, sg, bg, N, row0, 0, wr, sr, br);
+  gmlx_qmv4_point<K, ROWS, S>(wu, su, bu, N, row0, ROWS, wr, sr, br);
+  const bool mine = row0 < N;
+  GmlxQmv4Loads<K, 2 * ROWS, S> first;
+  if (mine) {
+    first.load(wr, sr, br, threadIdx.x & 31);
+  }
+  gmlx_rms_norm_block<K, BLOCK>(x, nw, eps, xn);
+  if (!mine) {
+    return;
+  }
+  float acc[2 * ROWS];
+  gmlx_qmv4_dot<K, 2 * ROWS, S, T>(wr, sr, br, xn, acc, &first);
+  gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
 }
