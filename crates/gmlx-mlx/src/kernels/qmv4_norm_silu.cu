@@ -7,8 +7,8 @@ if (EARLY) {
   gmlx_qmv4_norm_silu_early<K, N, ROWS, BLOCK>(
       nw, __int_as_float(EPS), x, xn, wg, sg, bg, wu, su, bu, y);
 } else {
-  gmlx_rms_norm_block<K, BLOCK>(x, nw, __int_as_float(EPS), xn);
   const int row0 = gmlx_warp_index() * ROWS;
+  gmlx_rms_norm_block<K, BLOCK>(x, nw, __int_as_float(EPS), xn);
   if (row0 < N) {
     gmlx_qmv4_silu_rows<K, ROWS>(wg, sg, bg, wu, su, bu, xn, y, N, row0);
   }
