@@ -45,7 +45,9 @@ pub(crate) fn launch(
     if !reuse_enabled() {
         return launch_new(spec, inputs, outputs, types, ints, (grid, block));
     }
-    let key = launch_key(spec, inputs, outputs, types, ints, (grid, block));
+    let Some(key) = launch_key(spec, inputs, outputs, types, ints, (grid, block)) else {
+        return launch_new(spec, inputs, outputs, types, ints, (grid, block));
+    };
     let reused = KEPT.with(|kept| kept.borrow().get(&key).map(|k| k.apply(inputs)));
     if let Some(arrays) = reused {
         let arrays = arrays.map_err(|reason| error(spec, &reason))?;
@@ -89,7 +91,8 @@ thread_local! {
 
 /// What decides a launch's primitive: the kernel, the stream it runs on (the thread's default),
 /// the grid, the outputs' shapes and dtypes, the template values, and the inputs' dtypes (MLX
-/// writes them into the kernel's signature); not the inputs themselves.
+/// writes them into the kernel's signature); not the inputs themselves. `None` where the
+/// stream cannot be named.
 fn launch_key(
     spec: &Spec,
     inputs: &[Array],
@@ -97,11 +100,13 @@ fn launch_key(
     types: &[(&CStr, Dtype)],
     ints: &[(&CStr, i32)],
     (grid, block): (i32, i32),
-) -> Vec<i64> {
+) -> Option<Vec<i64>> {
     let stream = Stream::thread_local_or_default();
     let mut index = -1;
     // SAFETY: the stream is live for the call.
-    unsafe { mlx_sys::mlx_stream_get_index(&mut index, stream.as_ptr()) };
+    if unsafe { mlx_sys::mlx_stream_get_index(&mut index, stream.as_ptr()) } != 0 {
+        return None;
+    }
     let dtype = |d: Dtype| i64::from(mlx_sys::mlx_dtype::from(d));
     let mut key = vec![
         spec as *const Spec as i64,
@@ -121,7 +126,7 @@ fn launch_key(
         key.extend([name.as_ptr() as i64, i64::from(*value)]);
     }
     key.extend(inputs.iter().map(|a| dtype(a.dtype())));
-    key
+    Some(key)
 }
 
 /// [`launch`] through MLX's custom-kernel call (which generates the kernel's text).
