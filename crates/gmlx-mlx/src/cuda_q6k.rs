@@ -111,7 +111,8 @@ pub fn matmul(x: &Array, blocks: &Array, cols: i32) -> Result<Array> {
 
 /// The weights of Q6_K rows `blocks [..., rows, cols / 256 * 210]` as `[..., rows, cols]` of
 /// `dtype`: each `(d * scale) * (q - 32)` in float, rounded to `dtype` (the reference
-/// dequantization's values, as the dense form holds them).
+/// dequantization's values, as the dense form holds them). Off the GPU (a weight loaded there,
+/// used after the device changed to the CPU) the reference itself dequantizes them on the host.
 pub fn dequantize(blocks: &Array, cols: i32, dtype: Dtype) -> Result<Array> {
     let shape = blocks.shape().to_vec();
     let Some((&row_bytes, lead)) = shape.split_last() else {
@@ -128,6 +129,9 @@ pub fn dequantize(blocks: &Array, cols: i32, dtype: Dtype) -> Result<Array> {
     if rows == 0 {
         return Ok(mlx_rs::ops::zeros_dtype(&out_shape, dtype)?);
     }
+    if crate::device::current() != Some(crate::device::DeviceKind::Gpu) || !cuda_kernel::on_cuda() {
+        return host_dequantize(&flat, &out_shape, dtype);
+    }
     let parts = i64::from(rows) * i64::from(cols / 256) * 8;
     let threads =
         i32::try_from((parts + i64::from(DEQUANTIZE_THREADS) - 1) / i64::from(DEQUANTIZE_THREADS))
@@ -143,6 +147,17 @@ pub fn dequantize(blocks: &Array, cols: i32, dtype: Dtype) -> Result<Array> {
         (threads, DEQUANTIZE_THREADS),
     )?;
     single(&DEQUANTIZE, outputs)
+}
+
+/// [`dequantize`] on the host: `flat [rows, row bytes]` (checked whole Q6_K rows) by the GGUF
+/// reference, as `out_shape` of `dtype`.
+fn host_dequantize(flat: &Array, out_shape: &[i32], dtype: Dtype) -> Result<Array> {
+    let flat = flat.contiguous()?;
+    flat.eval()?;
+    let n: u64 = out_shape.iter().map(|&d| d as u64).product();
+    let values = gmlx_gguf::codec::dequantize(gmlx_gguf::GgmlType::Q6_K, flat.as_slice::<u8>(), n)
+        .map_err(|e| error(&DEQUANTIZE, &e.to_string()))?;
+    Ok(Array::from_slice(&values, out_shape).as_dtype(dtype)?)
 }
 
 #[cfg(test)]
@@ -168,6 +183,36 @@ mod tests {
         );
         let _training = crate::quant::training_products();
         assert!(!applies(&zeros(&[1, 512], Dtype::Float32), 512), "training");
+    }
+
+    #[test]
+    fn off_the_gpu_blocks_are_dequantized_by_the_reference() {
+        // two rows of 512 weights: four blocks of varied bytes, each with a finite scale d
+        let mut bytes: Vec<u8> = (0..4 * BLOCK_BYTES as usize)
+            .map(|i| (i * 37 % 251) as u8)
+            .collect();
+        for block in bytes.chunks_mut(BLOCK_BYTES as usize) {
+            block[208..].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        }
+        let reference =
+            gmlx_gguf::codec::dequantize(gmlx_gguf::GgmlType::Q6_K, &bytes, 1024).expect("ref");
+        let blocks = Array::from_slice(&bytes, &[2, 2 * BLOCK_BYTES]);
+        for dtype in [Dtype::Float32, Dtype::Bfloat16] {
+            let w = dequantize(&blocks, 512, dtype).expect("host dequantization");
+            assert_eq!(w.shape(), [2, 512]);
+            assert_eq!(w.dtype(), dtype);
+            let expected = Array::from_slice(&reference, &[2, 512])
+                .as_dtype(dtype)
+                .expect("cast");
+            // widening to float32 is exact, so equal floats are equal values of `dtype`
+            let widened = |a: &Array| -> Vec<f32> {
+                a.as_dtype(Dtype::Float32)
+                    .expect("widen")
+                    .as_slice::<f32>()
+                    .to_vec()
+            };
+            assert_eq!(widened(&w), widened(&expected), "{dtype:?}");
+        }
     }
 
     #[test]
