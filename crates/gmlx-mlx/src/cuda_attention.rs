@@ -85,6 +85,19 @@ static SPEC: Spec = Spec {
     outputs: &["out", "part"],
 };
 
+/// The environment variable that turns on (`1`) loading a pass's values with its keys
+/// ([`values_early`]).
+pub const VALUES_EARLY_VAR: &str = "GMLX_CUDA_ATTENTION_V_EARLY";
+
+/// Whether each pass loads its value rows together with its key rows, into registers of their
+/// own, so that a pass waits on memory once instead of twice (`GMLX_CUDA_ATTENTION_V_EARLY=1`;
+/// off by default until measured on a GPU). After 8 000 tokens of the Llama-3-8B shape each
+/// block makes four passes and the kernel read 628 GB/s (`docs/performance.md`).
+fn values_early() -> bool {
+    static EARLY: OnceLock<bool> = OnceLock::new();
+    *EARLY.get_or_init(|| cuda_kernel::opted_in(VALUES_EARLY_VAR))
+}
+
 /// The environment variable that turns off (`0`) the decode position's copy into the GPU's
 /// memory ([`position_array`]).
 pub const POSITION_COPY_VAR: &str = "GMLX_CUDA_POSITION_COPY";
@@ -216,6 +229,7 @@ pub fn decode(d: Decode<'_>) -> Result<Array> {
             (c"PER", PER),
             (c"BLOCK", THREADS),
             (c"SCALE", d.scale.to_bits() as i32),
+            (c"VE", i32::from(values_early())),
         ],
         (kv_heads * splits * THREADS, THREADS),
     )?;

@@ -72,7 +72,10 @@ __device__ __forceinline__ void gmlx_attend_rows(
   }
 }
 
-template <typename T, int D, int G, int PER, int BLOCK>
+// VE: a pass's value rows are loaded with its key rows, into registers of their own (one wait
+// on memory a pass instead of two, for PER * 16 or 32 bytes more registers a thread); else
+// after the pass's softmax, into the key rows' registers.
+template <typename T, int D, int G, int PER, int BLOCK, int VE>
 __device__ __forceinline__ void gmlx_attend_decode(
     const T* q,
     const T* k,
@@ -134,7 +137,11 @@ __device__ __forceinline__ void gmlx_attend_decode(
   for (int c0 = first; c0 < stop; c0 += CHUNK) {
     const int end = min(stop, c0 + CHUNK);
     GmlxRow8<T> rows[PER];
+    GmlxRow8<T> value_rows[VE ? PER : 1];
     gmlx_attend_rows<T, D, PER, ROWS>(rows, keys, k + g * D + col, c0 + row, end, pos);
+    if (VE) {
+      gmlx_attend_rows<T, D, PER, ROWS>(value_rows, values, v + g * D + col, c0 + row, end, pos);
+    }
     // scores: a row's dot product summed over its LPK lanes (rows never straddle a warp)
 #pragma unroll
     for (int r = 0; r < PER; ++r) {
@@ -185,8 +192,11 @@ __device__ __forceinline__ void gmlx_attend_decode(
         stats[h][0] = m;
       }
     }
-    gmlx_attend_rows<T, D, PER, ROWS>(rows, values, v + g * D + col, c0 + row, end, pos);
+    if (!VE) {
+      gmlx_attend_rows<T, D, PER, ROWS>(rows, values, v + g * D + col, c0 + row, end, pos);
+    }
     __syncthreads();
+    const GmlxRow8<T>* vr = VE ? value_rows : rows;
 #pragma unroll
     for (int h = 0; h < G; ++h) {
       const float rescale = stats[h][2];
@@ -199,7 +209,7 @@ __device__ __forceinline__ void gmlx_attend_decode(
         const float p = scores[h][r * ROWS + row];
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          acc[h][i] = fmaf(p, rows[r][i], acc[h][i]);
+          acc[h][i] = fmaf(p, vr[r][i], acc[h][i]);
         }
       }
     }
