@@ -23,22 +23,29 @@ def side(p): return [(f"w{p}","uint32_t"),(f"s{p}","S"),(f"b{p}","S")]
 cases = [
  ("qmv4_norm_rope_three.cu", [("nw","W")]+side("0")+side("1")+side("2")+[("x","T"),("inv_freq","float"),("pos","int32_t")], ["y0","y1","y2"],
   "T S W K N0 N1 N2 ROWS EPS BLOCK PREFETCH D RD PSCALE", [B,B,B,4096,4096,1024,1024,2,"EPS",256,0,128,128,"PSCALE"],
-  "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY D RD PSCALE"),
+  "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8 D RD PSCALE"),
  ("qmv4_norm_silu.cu", [("nw","W"),("wg","uint32_t"),("sg","S"),("bg","S"),("wu","uint32_t"),("su","S"),("bu","S"),("x","T")], ["y"],
-  "T S W K N ROWS EPS BLOCK PREFETCH", [B,B,B,4096,14336,1,"EPS",256,0], "T S W K N ROWS EPS BLOCK EARLY"),
+  "T S W K N ROWS EPS BLOCK PREFETCH", [B,B,B,4096,14336,1,"EPS",256,0], "T S W K N ROWS EPS BLOCK EARLY B8"),
  ("qmv4_norm_three.cu", [("nw","W")]+side("0")+side("1")+side("2")+[("x","T")], ["y0","y1","y2"],
-  "T S W K N0 N1 N2 ROWS EPS BLOCK PREFETCH", [B,B,B,4096,4096,1024,1024,2,"EPS",256,0], "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY"),
- ("qmv4_add.cu", [("w","uint32_t"),("scales","S"),("biases","S"),("x","T"),("r","T")], ["y"], "T S K N ROWS", [B,B,14336,4096,2], "T S K N ROWS SPLIT"),
- ("qmv4.cu", [("w","uint32_t"),("scales","S"),("biases","S"),("x","T")], ["y"], "T S K N ROWS", [B,B,4096,128256,2], "T S K N ROWS SPLIT"),
+  "T S W K N0 N1 N2 ROWS EPS BLOCK PREFETCH", [B,B,B,4096,4096,1024,1024,2,"EPS",256,0], "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8"),
+ ("qmv4_add.cu", [("w","uint32_t"),("scales","S"),("biases","S"),("x","T"),("r","T")], ["y"], "T S K N ROWS", [B,B,14336,4096,2], "T S K N ROWS SPLIT B8"),
+ ("qmv4.cu", [("w","uint32_t"),("scales","S"),("biases","S"),("x","T")], ["y"], "T S K N ROWS", [B,B,4096,128256,2], "T S K N ROWS SPLIT B8"),
 ]
 for body, inputs, outputs, oldp, oldv, newp in cases:
     n.KERNELS = "/tmp/oldk"
     a = ptx(n.kernel_source(body, "qmv4.cuh", inputs, outputs, oldp, oldv))
     n.KERNELS = "/work/main/crates/gmlx-mlx/src/kernels"
-    newv = oldv + [1] if "SPLIT" in newp else oldv
+    # the new constants at their defaults: SPLIT=1 after the old ones, B8=0 after EARLY or SPLIT
+    if "SPLIT" in newp:
+        newv = oldv + [1, 0]
+    else:
+        at = newp.split().index("B8")
+        newv = oldv[:at] + [0] + oldv[at:]
     b = ptx(n.kernel_source(body, "qmv4.cuh", inputs, outputs, newp, newv))
     import difflib
     def norm(t):
+        # the test harness's kernel template carries the constants in its mangled name
+        t = re.sub(r"_ZZ11gmlx_kernelI\S*?E(\d+)(\w+?)\b", r"LOCAL_\2", t)
         seen = {}
         return re.sub(r"%(f|r|rd|rs|p)\d+", lambda m: seen.setdefault(m.group(0), f"%{m.group(1)}#{len(seen)}"), t)
     d = [l for l in difflib.unified_diff(norm(a[1]).splitlines(), norm(b[1]).splitlines(), lineterm="", n=0) if l[:1] in "+-" and l[:3] not in ("+++","---")]

@@ -32,6 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             group_size: 32,
             bits,
             mode: Mode::Affine,
+            centered: false,
         };
         println!("{bits}-bit, group 32");
         let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();

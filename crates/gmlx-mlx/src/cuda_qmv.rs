@@ -40,6 +40,20 @@ pub const FUSE_VAR: &str = "GMLX_CUDA_QMV_FUSE";
 /// add after ([`norm_matmul_three`], [`norm_silu_glu`], [`matmul_add`]), leaving the rest.
 pub const FUSE_NORM_ADD_VAR: &str = "GMLX_CUDA_QMV_FUSE_NORM_ADD";
 
+/// The environment variable that turns on (`1`) deriving centered matrices' biases in the
+/// kernels ([`derived_biases`]).
+pub const CENTERED_VAR: &str = "GMLX_CUDA_QMV_CENTERED";
+
+/// `B8` of a launch over matrices `p`: 1 where every one is [`Packed::centered`] (Q4_0's biases,
+/// -8 times the scales) and `GMLX_CUDA_QMV_CENTERED=1`: the kernels compute the biases from the
+/// scales instead of reading them, a tenth of a 4-bit matrix's bytes a product (off by default
+/// until measured on a GPU).
+fn derived_biases(p: &[Packed<'_>]) -> i32 {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    let on = *ENABLED.get_or_init(|| cuda_kernel::opted_in(CENTERED_VAR));
+    i32::from(on && p.iter().all(|m| m.centered))
+}
+
 /// The environment variable that sets the warps sharing a row of a one-matrix product
 /// ([`split_for`]).
 pub const SPLIT_VAR: &str = "GMLX_CUDA_QMV_SPLIT";
@@ -315,7 +329,13 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
         &inputs,
         &[&shape],
         &types(x, p.scales.dtype(), None),
-        &[(c"K", k), (c"N", n), (c"ROWS", rows), (c"SPLIT", split)],
+        &[
+            (c"K", k),
+            (c"N", n),
+            (c"ROWS", rows),
+            (c"SPLIT", split),
+            (c"B8", derived_biases(&[p])),
+        ],
         split_grid(Kernel::One, n, rows, split),
     )?;
     cuda_kernel::single(Kernel::One.spec(), outputs)
@@ -343,7 +363,13 @@ pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
         &inputs,
         &[&shape],
         &types(x, p.scales.dtype(), None),
-        &[(c"K", k), (c"N", n), (c"ROWS", rows), (c"SPLIT", split)],
+        &[
+            (c"K", k),
+            (c"N", n),
+            (c"ROWS", rows),
+            (c"SPLIT", split),
+            (c"B8", derived_biases(&[p])),
+        ],
         split_grid(Kernel::Add, n, rows, split),
     )?;
     cuda_kernel::single(Kernel::One.spec(), outputs)
@@ -420,6 +446,7 @@ fn three(
         (c"N1", ns[1]),
         (c"N2", ns[2]),
         (c"ROWS", rows),
+        (c"B8", derived_biases(&p)),
     ];
     ints.extend(norm.into_iter().flat_map(|n| norm_constants(which, n)));
     if let Some(r) = rope {
@@ -469,7 +496,12 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
     } else {
         Kernel::Silu
     };
-    let mut ints = vec![(c"K", k), (c"N", n), (c"ROWS", rows)];
+    let mut ints = vec![
+        (c"K", k),
+        (c"N", n),
+        (c"ROWS", rows),
+        (c"B8", derived_biases(&[gate, up])),
+    ];
     ints.extend(norm.into_iter().flat_map(|n| norm_constants(which, n)));
     let outputs = launch(
         which,

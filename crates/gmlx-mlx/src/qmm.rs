@@ -34,6 +34,9 @@ pub struct Packed<'a> {
     pub group_size: i32,
     pub bits: i32,
     pub mode: Mode,
+    /// The biases are -8 times the scales (Q4_0's `d * (q - 8)` as MLX's affine form): a
+    /// kernel may derive them instead of reading them ([`crate::cuda_qmv`]).
+    pub centered: bool,
 }
 
 fn opt_int(v: i32) -> mlx_sys::mlx_optional_int {

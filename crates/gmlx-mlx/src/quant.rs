@@ -41,6 +41,8 @@ enum Data {
         /// Float16 scales and biases of a float32 weight (every value exactly a float16):
         /// widened for MLX's kernels, read as they are by the host kernel.
         compact: bool,
+        /// 4-bit biases that are -8 times their scales ([`Packed::centered`]).
+        centered: bool,
     },
     Dense(Array),
     /// Q6_K blocks `[..., rows, cols / 256 * 210]` of `u8` ([`crate::cuda_q6k`]); `dtype` is
@@ -63,6 +65,7 @@ impl Data {
                 bits,
                 mode,
                 compact,
+                centered,
             } => Data::Packed {
                 w: f(w)?,
                 scales: f(scales)?,
@@ -71,6 +74,7 @@ impl Data {
                 bits: *bits,
                 mode: *mode,
                 compact: *compact,
+                centered: *centered,
             },
             Data::Dense(a) => Data::Dense(f(a)?),
             Data::Q6K { blocks, dtype } => Data::Q6K {
@@ -231,7 +235,7 @@ fn rows_of(x: &Array) -> usize {
 /// packed weight it already holds) for the backward pass.
 fn recomputed_dense(x: &Array, p: Packed<'_>) -> Result<Array> {
     let (w, scales, biases) = (p.w.clone(), p.scales.clone(), p.biases.cloned());
-    let (group_size, bits, mode) = (p.group_size, p.bits, p.mode);
+    let (group_size, bits, mode, centered) = (p.group_size, p.bits, p.mode, p.centered);
     let product = crate::checkpoint::Checkpointed::new(move |xs: &[Array]| {
         let packed = Packed {
             w: &w,
@@ -240,6 +244,7 @@ fn recomputed_dense(x: &Array, p: Packed<'_>) -> Result<Array> {
             group_size,
             bits,
             mode,
+            centered,
         };
         let dense = qmm::dequantize(packed).map_err(Error::into_exception)?;
         Ok(vec![xs[0].matmul(dense.t())?])
@@ -269,6 +274,15 @@ pub enum HostMatrix {
     Mxfp4 { q: Vec<u32>, scales: Vec<u8> },
     /// Dequantized values.
     Dense(Vec<f32>),
+}
+
+/// Whether every bias is -8 times its scale (Q4_0's `d * (q - 8)`). The relation survives the
+/// scales' and biases' rounding to the side dtype: multiplying by 8 is exact in each float
+/// format, and Q4_0's scales are float16 values already.
+fn centered(scales: &[f32], biases: &[f32]) -> bool {
+    !scales.is_empty()
+        && scales.len() == biases.len()
+        && scales.iter().zip(biases).all(|(s, b)| *b == -8.0 * s)
 }
 
 impl HostMatrix {
@@ -372,6 +386,7 @@ impl HostMatrix {
                     bits: *bits,
                     mode: Mode::Affine,
                     compact,
+                    centered: *bits == 4 && centered(scales, biases),
                 }
             }
             HostMatrix::Mxfp4 { q, scales } => Data::Packed {
@@ -382,6 +397,7 @@ impl HostMatrix {
                 bits: 4,
                 mode: Mode::Mxfp4,
                 compact: false,
+                centered: false,
             },
             HostMatrix::Dense(values) => {
                 Data::Dense(Array::from_slice(values, &shaped(cols)).as_dtype(dtype)?)
@@ -560,6 +576,7 @@ impl QuantWeight {
                 bits,
                 mode: Mode::Affine,
                 compact: false,
+                centered: false,
             }
         } else if codec == GgmlType::MXFP4 {
             Data::Packed {
@@ -570,6 +587,7 @@ impl QuantWeight {
                 bits: 4,
                 mode: Mode::Mxfp4,
                 compact: false,
+                centered: false,
             }
         } else {
             Data::Dense(zeros(cols, dtype)?)
@@ -667,6 +685,16 @@ impl QuantWeight {
             Ok(w) => {
                 drop(std::mem::take(&mut taken));
                 mlx_rs::transforms::eval(w.iter())?;
+                if let (
+                    Data::Packed { centered, .. },
+                    Data::Packed {
+                        centered: update_centered,
+                        ..
+                    },
+                ) = (&mut self.data, &update)
+                {
+                    *centered &= *update_centered;
+                }
                 w
             }
             // put the stack back as it was
@@ -831,6 +859,7 @@ impl QuantWeight {
                 group_size,
                 bits,
                 mode,
+                centered,
                 ..
             } => View::Packed(Packed {
                 w,
@@ -839,6 +868,7 @@ impl QuantWeight {
                 group_size: *group_size,
                 bits: *bits,
                 mode: *mode,
+                centered: *centered,
             }),
             Data::Dense(a) => View::Dense(a),
             Data::Q6K { blocks, dtype } => View::Q6K {
@@ -1093,5 +1123,37 @@ impl QuantWeight {
             View::Dense(a) => Ok(a.clone()),
             View::Q6K { blocks, dtype } => crate::cuda_q6k::dequantize(blocks, self.cols, dtype),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether a 2 x 32 matrix of codec `ty` whose rows are `block` loads as centered.
+    fn loads_centered(ty: GgmlType, block: &[u8]) -> bool {
+        let host = HostMatrix::decode(ty, &block.repeat(2), &[32, 2]).expect("decode");
+        match host
+            .to_data(&[2], 32, Dtype::Bfloat16, false)
+            .expect("data")
+        {
+            Data::Packed { centered, .. } => centered,
+            _ => panic!("{ty:?} did not load packed"),
+        }
+    }
+
+    #[test]
+    fn q4_0_loads_centered_and_q4_1_does_not() {
+        let codes: Vec<u8> = (0..16).map(|i| (i * 37 + 5) as u8).collect();
+        let d = half::f16::from_f32(0.0123).to_le_bytes();
+        let q4_0 = [&d[..], &codes].concat();
+        assert!(loads_centered(GgmlType::Q4_0, &q4_0));
+        let min = half::f16::from_f32(-0.05).to_le_bytes();
+        let q4_1 = [&d[..], &min, &codes].concat();
+        assert!(!loads_centered(GgmlType::Q4_1, &q4_1));
+        // the relation itself: every bias -8 times its scale
+        assert!(centered(&[0.5, -0.25], &[-4.0, 2.0]));
+        assert!(!centered(&[0.5, -0.25], &[-4.0, 2.5]));
+        assert!(!centered(&[], &[]));
     }
 }

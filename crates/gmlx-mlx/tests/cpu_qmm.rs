@@ -42,6 +42,7 @@ impl Quantized {
             group_size: self.group_size,
             bits: self.bits,
             mode: Mode::Affine,
+            centered: false,
         }
     }
 

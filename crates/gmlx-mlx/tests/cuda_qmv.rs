@@ -16,7 +16,9 @@ use gmlx_mlx::runtime::{backend, Backend};
 use gmlx_mlx::{cuda_attention, cuda_qmv, device, fast, Array, Dtype};
 
 /// A random `n x k` MLX affine 4-bit matrix whose scales and biases are in `dtype`: its arrays
-/// and, on the host, its codes and the scales and biases as the kernel reads them.
+/// and, on the host, its codes and the scales and biases as the kernel reads them. About half
+/// are centered (biases -8 times the scales, as Q4_0 loads), which the kernels may take without
+/// reading the biases (`GMLX_CUDA_QMV_CENTERED=1`).
 struct Matrix {
     w: Array,
     s: Array,
@@ -26,6 +28,7 @@ struct Matrix {
     biases: Vec<f32>,
     n: i32,
     k: i32,
+    centered: bool,
 }
 
 impl Matrix {
@@ -40,10 +43,17 @@ impl Matrix {
         let s = Array::from_slice(&scales, &[n, groups])
             .as_dtype(dtype)
             .expect("cast");
-        let b = Array::from_slice(&biases, &[n, groups])
-            .as_dtype(dtype)
-            .expect("cast");
+        let centered = rng.next() < 0.5;
+        let b = match centered {
+            true => s.multiply(Array::from_f32(-8.0)).expect("scale"),
+            false => Array::from_slice(&biases, &[n, groups]),
+        }
+        .as_dtype(dtype)
+        .expect("cast");
         let (scales, biases) = (host(&s), host(&b));
+        if centered {
+            assert!(scales.iter().zip(&biases).all(|(s, b)| *b == -8.0 * s));
+        }
         Matrix {
             w,
             s,
@@ -53,6 +63,7 @@ impl Matrix {
             biases,
             n,
             k,
+            centered,
         }
     }
 
@@ -64,6 +75,7 @@ impl Matrix {
             group_size: 32,
             bits: 4,
             mode: Mode::Affine,
+            centered: self.centered,
         }
     }
 

@@ -47,8 +47,9 @@ __device__ __forceinline__ GmlxShare gmlx_qmv4_three_share() {
 }
 
 // The codes, scales and biases of groups g0, g0 + 32, ... (GMLX_QMV4_INFLIGHT of them, those
-// below K / 32) of R rows, loaded before any is used.
-template <int K, int R, typename S>
+// below K / 32) of R rows, loaded before any is used. B8: the biases are -8 times the scales
+// (Q4_0's d * (q - 8)), derived instead of read (a tenth of a 4-bit matrix's bytes).
+template <int K, int R, typename S, int B8 = 0>
 struct GmlxQmv4Loads {
   uint4 codes[GMLX_QMV4_INFLIGHT][R];
   float scale[GMLX_QMV4_INFLIGHT][R];
@@ -67,7 +68,7 @@ struct GmlxQmv4Loads {
         for (int r = 0; r < R; ++r) {
           codes[u][r] = __ldg(reinterpret_cast<const uint4*>(w[r]) + g);
           scale[u][r] = static_cast<float>(s[r][g]);
-          bias[u][r] = static_cast<float>(b[r][g]);
+          bias[u][r] = B8 ? -8.0f * scale[u][r] : static_cast<float>(b[r][g]);
         }
       }
     }
@@ -77,14 +78,14 @@ struct GmlxQmv4Loads {
 // acc[r] = row r . x for the R rows whose codes, scales and biases start at w[r], s[r], b[r]:
 // the whole warp's sum, in every lane. `first`, where given, holds the lane's first loads
 // (GmlxQmv4Loads::load at group `lane`), issued by the caller before it computed x.
-template <int K, int R, typename S, typename T>
+template <int K, int R, typename S, typename T, int B8 = 0>
 __device__ __forceinline__ void gmlx_qmv4_dot(
     const uint32_t* const* w,
     const S* const* s,
     const S* const* b,
     const T* x,
     float* acc,
-    const GmlxQmv4Loads<K, R, S>* first = nullptr) {
+    const GmlxQmv4Loads<K, R, S, B8>* first = nullptr) {
   constexpr int GROUPS = K / 32;
   constexpr int INFLIGHT = GMLX_QMV4_INFLIGHT;
   const int lane = threadIdx.x & 31;
@@ -94,7 +95,7 @@ __device__ __forceinline__ void gmlx_qmv4_dot(
     acc[r] = 0.0f;
   }
   for (int g0 = lane; g0 < GROUPS; g0 += 32 * INFLIGHT) {
-    GmlxQmv4Loads<K, R, S> l;
+    GmlxQmv4Loads<K, R, S, B8> l;
     if (first != nullptr && g0 == lane) {
       l = *first;
     } else {
@@ -238,7 +239,7 @@ __device__ __forceinline__ void gmlx_qmv4_store(
 
 // y[row0 .. row0 + ROWS) = rows of W x, those below n, with `residual` or `rope` as
 // gmlx_qmv4_store takes them.
-template <int K, int ROWS, typename S, typename T>
+template <int K, int ROWS, typename S, typename T, int B8 = 0>
 __device__ __forceinline__ void gmlx_qmv4_rows(
     const uint32_t* w,
     const S* scales,
@@ -254,7 +255,7 @@ __device__ __forceinline__ void gmlx_qmv4_rows(
   const S* br[ROWS];
   gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
   float acc[ROWS];
-  gmlx_qmv4_dot<K, ROWS, S, T>(wr, sr, br, x, acc);
+  gmlx_qmv4_dot<K, ROWS, S, T, B8>(wr, sr, br, x, acc);
   gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, rope);
 }
 
@@ -262,7 +263,7 @@ __device__ __forceinline__ void gmlx_qmv4_rows(
 // takes it, by a block of SPLIT warps that each take K / SPLIT columns of the rows (one warp
 // would wait on K / (32 * 32 * GMLX_QMV4_INFLIGHT) rounds of loads in turn), their sums added
 // in shared memory in warp order. K is a multiple of 32 * SPLIT.
-template <int K, int ROWS, int SPLIT, typename S, typename T>
+template <int K, int ROWS, int SPLIT, typename S, typename T, int B8 = 0>
 __device__ __forceinline__ void gmlx_qmv4_rows_split(
     const uint32_t* w,
     const S* scales,
@@ -286,7 +287,7 @@ __device__ __forceinline__ void gmlx_qmv4_rows_split(
     br[r] += part * (PART / 32);
   }
   float acc[ROWS];
-  gmlx_qmv4_dot<PART, ROWS, S, T>(wr, sr, br, x + part * PART, acc);
+  gmlx_qmv4_dot<PART, ROWS, S, T, B8>(wr, sr, br, x + part * PART, acc);
   if ((threadIdx.x & 31) == 0) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
@@ -327,7 +328,7 @@ __device__ __forceinline__ void gmlx_qmv4_silu_store(const float* acc, T* y, int
 
 // y[row0 .. row0 + ROWS) = silu(G x) * (U x) for those rows below n: the gate's and the up
 // matrix's rows share the warp's activations.
-template <int K, int ROWS, typename S, typename T>
+template <int K, int ROWS, typename S, typename T, int B8 = 0>
 __device__ __forceinline__ void gmlx_qmv4_silu_rows(
     const uint32_t* wg,
     const S* sg,
@@ -345,13 +346,13 @@ __device__ __forceinline__ void gmlx_qmv4_silu_rows(
   gmlx_qmv4_point<K, ROWS, S>(wg, sg, bg, n, row0, 0, wr, sr, br);
   gmlx_qmv4_point<K, ROWS, S>(wu, su, bu, n, row0, ROWS, wr, sr, br);
   float acc[2 * ROWS];
-  gmlx_qmv4_dot<K, 2 * ROWS, S, T>(wr, sr, br, x, acc);
+  gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8>(wr, sr, br, x, acc);
   gmlx_qmv4_silu_store<ROWS, T>(acc, y, n, row0);
 }
 
 // The three matrices' rows by warp (gmlx_qmv4_three_share); W0's and W1's rows rotated by
 // `rope` where its inv_freq is given (queries and keys).
-template <int K, int N0, int N1, int N2, int ROWS, typename S, typename T>
+template <int K, int N0, int N1, int N2, int ROWS, typename S, typename T, int B8 = 0>
 __device__ __forceinline__ void gmlx_qmv4_three(
     const uint32_t* w0, const S* s0, const S* b0,
     const uint32_t* w1, const S* s1, const S* b1,
@@ -361,11 +362,11 @@ __device__ __forceinline__ void gmlx_qmv4_three(
   const GmlxShare share = gmlx_qmv4_three_share<N0, N1, N2, ROWS>();
   const T* no_residual = nullptr;
   if (share.matrix == 0) {
-    gmlx_qmv4_rows<K, ROWS>(w0, s0, b0, x, y0, N0, share.row0, no_residual, rope);
+    gmlx_qmv4_rows<K, ROWS, S, T, B8>(w0, s0, b0, x, y0, N0, share.row0, no_residual, rope);
   } else if (share.matrix == 1) {
-    gmlx_qmv4_rows<K, ROWS>(w1, s1, b1, x, y1, N1, share.row0, no_residual, rope);
+    gmlx_qmv4_rows<K, ROWS, S, T, B8>(w1, s1, b1, x, y1, N1, share.row0, no_residual, rope);
   } else if (share.matrix == 2) {
-    gmlx_qmv4_rows<K, ROWS>(w2, s2, b2, x, y2, N2, share.row0);
+    gmlx_qmv4_rows<K, ROWS, S, T, B8>(w2, s2, b2, x, y2, N2, share.row0);
   }
 }
 
@@ -446,7 +447,9 @@ __device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, flo
 // gmlx_qmv4_three of xn = RMSNorm(x) (gmlx_rms_norm_block, every thread of the block takes
 // part), each warp's first weight loads issued before the norm so that they are in flight
 // while it runs (a decode step's blocks otherwise read nothing from DRAM during their norm).
-template <int K, int N0, int N1, int N2, int ROWS, int BLOCK, typename S, typename T, typename W>
+template <
+    int K, int N0, int N1, int N2, int ROWS, int BLOCK, typename S, typename T, typename W,
+    int B8 = 0>
 __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
     const W* nw, float eps, const T* x, T* xn,
     const uint32_t* w0, const S* s0, const S* b0,
@@ -472,7 +475,7 @@ __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
     gmlx_qmv4_point<K, ROWS, S>(w2, s2, b2, N2, share.row0, 0, wr, sr, br);
   }
   const bool mine = share.matrix < 3;
-  GmlxQmv4Loads<K, ROWS, S> first;
+  GmlxQmv4Loads<K, ROWS, S, B8> first;
   if (mine) {
     first.load(wr, sr, br, threadIdx.x & 31);
   }
@@ -481,7 +484,7 @@ __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
     return;
   }
   float acc[ROWS];
-  gmlx_qmv4_dot<K, ROWS, S, T>(wr, sr, br, xn, acc, &first);
+  gmlx_qmv4_dot<K, ROWS, S, T, B8>(wr, sr, br, xn, acc, &first);
   const T* no_residual = nullptr;
   const GmlxRope rotation = share.matrix < 2 ? rope : GmlxRope{nullptr, 0.0f, 0, 0};
   gmlx_qmv4_store<ROWS, T>(acc, y, n, share.row0, no_residual, rotation);
@@ -489,7 +492,7 @@ __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
 
 // gmlx_qmv4_silu_rows of xn = RMSNorm(x) for this warp's rows, its first weight loads issued
 // before the norm (as gmlx_qmv4_norm_three_early).
-template <int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W>
+template <int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8 = 0>
 __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
     const W* nw, float eps, const T* x, T* xn,
     const uint32_t* wg, const S* sg, const S* bg,
@@ -502,7 +505,7 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
   gmlx_qmv4_point<K, ROWS, S>(wg, sg, bg, N, row0, 0, wr, sr, br);
   gmlx_qmv4_point<K, ROWS, S>(wu, su, bu, N, row0, ROWS, wr, sr, br);
   const bool mine = row0 < N;
-  GmlxQmv4Loads<K, 2 * ROWS, S> first;
+  GmlxQmv4Loads<K, 2 * ROWS, S, B8> first;
   if (mine) {
     first.load(wr, sr, br, threadIdx.x & 31);
   }
@@ -511,6 +514,6 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
     return;
   }
   float acc[2 * ROWS];
-  gmlx_qmv4_dot<K, 2 * ROWS, S, T>(wr, sr, br, xn, acc, &first);
+  gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8>(wr, sr, br, xn, acc, &first);
   gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
 }

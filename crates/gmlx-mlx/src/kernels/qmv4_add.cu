@@ -1,12 +1,12 @@
 // y = r + W x for one row x [K], a row r [N] and an MLX affine 4-bit matrix W [N, K] (a
 // block's output or down projection and the residual add after it; see qmv4.cuh). MLX
 // generates the signature (w, scales, biases, x, r, y) and the constants T, K, N, ROWS and
-// SPLIT (as qmv4.cu).
+// SPLIT and B8 (as qmv4.cu).
 if (SPLIT > 1) {
-  gmlx_qmv4_rows_split<K, ROWS, SPLIT>(w, scales, biases, x, y, N, r);
+  gmlx_qmv4_rows_split<K, ROWS, SPLIT, S, T, B8>(w, scales, biases, x, y, N, r);
 } else {
   const int row0 = gmlx_warp_index() * ROWS;
   if (row0 < N) {
-    gmlx_qmv4_rows<K, ROWS>(w, scales, biases, x, y, N, row0, r);
+    gmlx_qmv4_rows<K, ROWS, S, T, B8>(w, scales, biases, x, y, N, row0, r);
   }
 }
