@@ -63,9 +63,20 @@ pub fn enabled() -> bool {
         && crate::device::current() == Some(crate::device::DeviceKind::Gpu)
 }
 
-/// Whether [`matmul`] takes `x [..., cols]`: one row of a float dtype, not training (the kernel
-/// has no VJP).
+/// Whether [`matmul`] takes `x [..., cols]` now: on the GPU of MLX's CUDA backend (a weight kept
+/// in blocks there may be used after the device changed to the CPU), one row of a float
+/// dtype, not training (the kernel has no VJP).
 pub fn applies(x: &Array, cols: i32) -> bool {
+    on_gpu() && takes(x, cols)
+}
+
+/// MLX's CUDA backend with the GPU as the default device: where the kernels can run.
+fn on_gpu() -> bool {
+    crate::device::current() == Some(crate::device::DeviceKind::Gpu) && cuda_kernel::on_cuda()
+}
+
+/// [`applies`]'s operand checks: one row of `cols` values of a float dtype, not training.
+fn takes(x: &Array, cols: i32) -> bool {
     x.shape().iter().rev().skip(1).all(|&d| d == 1)
         && x.shape().last() == Some(&cols)
         && matches!(x.dtype(), Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
@@ -129,7 +140,7 @@ pub fn dequantize(blocks: &Array, cols: i32, dtype: Dtype) -> Result<Array> {
     if rows == 0 {
         return Ok(mlx_rs::ops::zeros_dtype(&out_shape, dtype)?);
     }
-    if crate::device::current() != Some(crate::device::DeviceKind::Gpu) || !cuda_kernel::on_cuda() {
+    if !on_gpu() {
         return host_dequantize(&flat, &out_shape, dtype);
     }
     let parts = i64::from(rows) * i64::from(cols / 256) * 8;
@@ -170,19 +181,26 @@ mod tests {
 
     #[test]
     fn the_vector_kernel_takes_one_float_row_of_the_matrix_width() {
-        assert!(applies(&zeros(&[1, 1, 512], Dtype::Bfloat16), 512));
-        assert!(applies(&zeros(&[512], Dtype::Float32), 512));
-        assert!(!applies(&zeros(&[2, 512], Dtype::Float16), 512), "two rows");
+        assert!(takes(&zeros(&[1, 1, 512], Dtype::Bfloat16), 512));
+        assert!(takes(&zeros(&[512], Dtype::Float32), 512));
+        assert!(!takes(&zeros(&[2, 512], Dtype::Float16), 512), "two rows");
         assert!(
-            !applies(&zeros(&[1, 256], Dtype::Float32), 512),
+            !takes(&zeros(&[1, 256], Dtype::Float32), 512),
             "another width"
         );
         assert!(
-            !applies(&zeros(&[1, 512], Dtype::Int32), 512),
+            !takes(&zeros(&[1, 512], Dtype::Int32), 512),
             "not a float row"
         );
         let _training = crate::quant::training_products();
-        assert!(!applies(&zeros(&[1, 512], Dtype::Float32), 512), "training");
+        assert!(!takes(&zeros(&[1, 512], Dtype::Float32), 512), "training");
+    }
+
+    #[test]
+    fn off_the_gpu_the_kernel_is_not_taken() {
+        if !on_gpu() {
+            assert!(!applies(&zeros(&[1, 512], Dtype::Float32), 512));
+        }
     }
 
     #[test]

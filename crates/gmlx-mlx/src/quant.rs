@@ -276,13 +276,24 @@ pub enum HostMatrix {
     Dense(Vec<f32>),
 }
 
-/// Whether every bias is -8 times its scale (Q4_0's `d * (q - 8)`). The relation survives the
-/// scales' and biases' rounding to the side dtype: multiplying by 8 is exact in each float
-/// format, and Q4_0's scales are float16 values already.
-fn centered(scales: &[f32], biases: &[f32]) -> bool {
+/// Whether every bias is -8 times its scale (Q4_0's `d * (q - 8)`) as both are held: rounded
+/// to `side` (where -8 times a large float16 scale overflows, the stored bias is infinite and
+/// no longer -8 times the scale).
+fn centered(scales: &[f32], biases: &[f32], side: Dtype) -> bool {
+    let held = |v: f32| -> f32 {
+        match side {
+            Dtype::Float16 => half::f16::from_f32(v).to_f32(),
+            Dtype::Bfloat16 => half::bf16::from_f32(v).to_f32(),
+            _ => v,
+        }
+    };
     !scales.is_empty()
         && scales.len() == biases.len()
-        && scales.iter().zip(biases).all(|(s, b)| *b == -8.0 * s)
+        && matches!(side, Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32)
+        && scales
+            .iter()
+            .zip(biases)
+            .all(|(s, b)| held(*b) == -8.0 * held(*s))
 }
 
 impl HostMatrix {
@@ -386,7 +397,7 @@ impl HostMatrix {
                     bits: *bits,
                     mode: Mode::Affine,
                     compact,
-                    centered: *bits == 4 && centered(scales, biases),
+                    centered: *bits == 4 && centered(scales, biases, side),
                 }
             }
             HostMatrix::Mxfp4 { q, scales } => Data::Packed {
@@ -1152,8 +1163,11 @@ mod tests {
         let q4_1 = [&d[..], &min, &codes].concat();
         assert!(!loads_centered(GgmlType::Q4_1, &q4_1));
         // the relation itself: every bias -8 times its scale
-        assert!(centered(&[0.5, -0.25], &[-4.0, 2.0]));
-        assert!(!centered(&[0.5, -0.25], &[-4.0, 2.5]));
-        assert!(!centered(&[], &[]));
+        assert!(centered(&[0.5, -0.25], &[-4.0, 2.0], Dtype::Bfloat16));
+        assert!(!centered(&[0.5, -0.25], &[-4.0, 2.5], Dtype::Bfloat16));
+        assert!(!centered(&[], &[], Dtype::Float32));
+        // -8 x 8190 overflows float16: the held bias is infinite, not -8 times the scale
+        assert!(centered(&[8190.0], &[-65520.0], Dtype::Float32));
+        assert!(!centered(&[8190.0], &[-65520.0], Dtype::Float16));
     }
 }
