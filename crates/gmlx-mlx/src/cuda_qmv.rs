@@ -40,6 +40,20 @@ pub const FUSE_VAR: &str = "GMLX_CUDA_QMV_FUSE";
 /// add after ([`norm_matmul_three`], [`norm_silu_glu`], [`matmul_add`]), leaving the rest.
 pub const FUSE_NORM_ADD_VAR: &str = "GMLX_CUDA_QMV_FUSE_NORM_ADD";
 
+/// Warps per thread block of the normed kernels: `GMLX_CUDA_QMV_NORM_WARPS` (4, 8 or 16), 8 by
+/// default. The Llama-3-8B q k v launch is 384 blocks of 8 warps, 1.45 waves at the two blocks
+/// a multiprocessor holds on an H100 (`docs/performance.md`); 4 warps make 768 blocks, five a
+/// multiprocessor, each norming the row for half as many rows.
+fn norm_warps() -> i32 {
+    static WARPS: OnceLock<i32> = OnceLock::new();
+    *WARPS.get_or_init(
+        || match cuda_kernel::int_setting("GMLX_CUDA_QMV_NORM_WARPS", 4..=16, 8) {
+            n @ (4 | 8 | 16) => n,
+            _ => 8,
+        },
+    )
+}
+
 /// The environment variable that turns on (`1`) deriving centered matrices' biases in the
 /// kernels ([`derived_biases`]).
 pub const CENTERED_VAR: &str = "GMLX_CUDA_QMV_CENTERED";
@@ -181,10 +195,10 @@ impl Kernel {
     }
 
     /// Warps per thread block: the normed kernels norm the row once per block, so theirs
-    /// are larger.
+    /// are larger ([`norm_warps`]).
     fn warps_per_block(self) -> i32 {
         match self {
-            Kernel::NormThree | Kernel::NormSilu | Kernel::NormRopeThree => 8,
+            Kernel::NormThree | Kernel::NormSilu | Kernel::NormRopeThree => norm_warps(),
             _ => 4,
         }
     }

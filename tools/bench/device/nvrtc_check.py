@@ -49,6 +49,7 @@ FORMS = [
      "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8 D RD PSCALE",
      [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, b8, 128, 128, "PSCALE"]
       for e in (0, 1) for b8 in (0, 1)]
+     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 128, e, 0, 128, 128, "PSCALE"] for e in (0, 1)]
      + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, e, 0, 64, 64, "PSCALE"] for e in (0, 1)]),
     ("qmv4_norm_three.cu", "qmv4.cuh",
      [("nw", "W")] + side("0") + side("1") + side("2") + [("x", "T")],
