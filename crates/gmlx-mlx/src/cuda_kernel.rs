@@ -431,6 +431,65 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_launch_key_tells_apart_whatever_the_kernel_is_made_of() {
+        static A: Spec = Spec {
+            name: "a",
+            source: "",
+            header: "",
+            inputs: &["x"],
+            outputs: &["y"],
+        };
+        static B: Spec = Spec { name: "b", ..A };
+        let x16 = Array::from_slice(&[1.0f32, 2.0], &[2])
+            .as_dtype(Dtype::Float16)
+            .expect("cast");
+        let x32 = Array::from_slice(&[3.0f32, 4.0], &[2]);
+        let key = |spec: &Spec, x: &Array, shape: &[i32], t: Dtype, n: i32, grid: (i32, i32)| {
+            launch_key(
+                spec,
+                std::slice::from_ref(x),
+                &[(shape, t)],
+                &[(c"T", t)],
+                &[(c"N", n)],
+                grid,
+            )
+            .expect("the default stream has an index")
+        };
+        let base = key(&A, &x16, &[2], Dtype::Float16, 2, (64, 32));
+        // another launch of the same kernel on other values of the same dtype: the same key
+        let same_input = Array::from_slice(&[9.0f32, 9.0], &[2])
+            .as_dtype(Dtype::Float16)
+            .expect("cast");
+        assert_eq!(
+            base,
+            key(&A, &same_input, &[2], Dtype::Float16, 2, (64, 32))
+        );
+        for (what, other) in [
+            ("kernel", key(&B, &x16, &[2], Dtype::Float16, 2, (64, 32))),
+            (
+                "input dtype",
+                key(&A, &x32, &[2], Dtype::Float16, 2, (64, 32)),
+            ),
+            (
+                "output shape",
+                key(&A, &x16, &[1, 2], Dtype::Float16, 2, (64, 32)),
+            ),
+            (
+                "output and template dtype",
+                key(&A, &x16, &[2], Dtype::Bfloat16, 2, (64, 32)),
+            ),
+            (
+                "template int",
+                key(&A, &x16, &[2], Dtype::Float16, 3, (64, 32)),
+            ),
+            ("grid", key(&A, &x16, &[2], Dtype::Float16, 2, (128, 32))),
+            ("block", key(&A, &x16, &[2], Dtype::Float16, 2, (64, 64))),
+        ] {
+            assert_ne!(base, other, "another {what} gave the same key");
+        }
+    }
+
+    #[test]
     fn a_header_is_included_from_a_file_that_holds_it() {
         let header = without_comments(include_str!("kernels/qmv4.cuh"));
         let include = header_include(&header).expect("the cache folder is writable here");
