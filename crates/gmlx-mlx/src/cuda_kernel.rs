@@ -42,31 +42,40 @@ pub(crate) fn launch(
     ints: &[(&CStr, i32)],
     (grid, block): (i32, i32),
 ) -> Result<Vec<Array>> {
-    if !reuse_enabled() {
-        return launch_new(spec, inputs, outputs, types, ints, (grid, block));
-    }
-    let Some(key) = launch_key(spec, inputs, outputs, types, ints, (grid, block)) else {
-        return launch_new(spec, inputs, outputs, types, ints, (grid, block));
-    };
-    let reused = KEPT.with(|kept| kept.borrow().get(&key).map(|k| k.apply(inputs)));
-    if let Some(arrays) = reused {
-        let arrays = arrays.map_err(|reason| error(spec, &reason))?;
-        if arrays.len() != outputs.len() {
-            return Err(error(spec, "MLX returned another number of outputs"));
-        }
-        return Ok(arrays);
-    }
-    let arrays = launch_new(spec, inputs, outputs, types, ints, (grid, block))?;
-    if let Some(k) = arrays.first().and_then(KeptPrimitive::of) {
-        KEPT.with(|kept| {
-            let mut kept = kept.borrow_mut();
-            if kept.len() >= MAX_KEPT {
-                kept.clear();
+    let key = reuse_enabled()
+        .then(|| launch_key(spec, inputs, outputs, types, ints, (grid, block)))
+        .flatten();
+    let reused = key
+        .as_ref()
+        .and_then(|key| KEPT.with(|kept| kept.borrow().get(key).map(|k| k.apply(inputs))));
+    let arrays = match reused {
+        Some(arrays) => arrays.map_err(|reason| error(spec, &reason))?,
+        None => {
+            let arrays = launch_new(spec, inputs, outputs, types, ints, (grid, block))?;
+            if let Some(key) = key {
+                keep(key, &arrays);
             }
-            kept.insert(key, k);
-        });
+            arrays
+        }
+    };
+    if arrays.len() != outputs.len() {
+        return Err(error(spec, "MLX returned another number of outputs"));
     }
     Ok(arrays)
+}
+
+/// Keeps the primitive of a launch's `arrays` under `key` (where it has one).
+fn keep(key: Vec<i64>, arrays: &[Array]) {
+    let Some(k) = arrays.first().and_then(KeptPrimitive::of) else {
+        return;
+    };
+    KEPT.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if kept.len() >= MAX_KEPT {
+            kept.clear();
+        }
+        kept.insert(key, k);
+    });
 }
 
 /// The environment variable that turns on (`1`) making a launch's node from the primitive of an
@@ -129,7 +138,8 @@ fn launch_key(
     Some(key)
 }
 
-/// [`launch`] through MLX's custom-kernel call (which generates the kernel's text).
+/// [`launch`] through MLX's custom-kernel call (which generates the kernel's text); the caller
+/// checks the outputs' count.
 fn launch_new(
     spec: &Spec,
     inputs: &[Array],
@@ -189,11 +199,7 @@ fn launch_new(
             )?;
         }
     }
-    let arrays = with_kernel(spec, |kernel| apply(spec, kernel, inputs, config.0))?;
-    if arrays.len() != outputs.len() {
-        return Err(error(spec, "MLX returned another number of outputs"));
-    }
-    Ok(arrays)
+    with_kernel(spec, |kernel| apply(spec, kernel, inputs, config.0))
 }
 
 /// Whether MLX runs on its CUDA backend (where gmlx's kernels can run at all).
