@@ -331,28 +331,7 @@ fn split_for(k: i32) -> i32 {
 /// `x @ W^T` for one row `x [..., K]` and a 4-bit affine matrix `W [N, K]`: `[..., N]` in
 /// `x`'s dtype. The caller checks [`applies`].
 pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
-    let n = p.w.shape()[0];
-    let k = p.w.shape()[1] * 8;
-    let rows = rows_per_warp();
-    let split = split_for(k);
-    let mut inputs = operands(&p)?.to_vec();
-    inputs.push(x.clone());
-    let shape = out_shape(x, n);
-    let outputs = launch(
-        Kernel::One,
-        &inputs,
-        &[&shape],
-        &types(x, p.scales.dtype(), None),
-        &[
-            (c"K", k),
-            (c"N", n),
-            (c"ROWS", rows),
-            (c"SPLIT", split),
-            (c"B8", derived_biases(&[p])),
-        ],
-        split_grid(Kernel::One, n, rows, split),
-    )?;
-    cuda_kernel::single(Kernel::One.spec(), outputs)
+    one_matrix(x, p, None)
 }
 
 /// `residual + x @ W^T` for one row `x [..., K]`, a 4-bit affine matrix `W [N, K]` and
@@ -364,16 +343,26 @@ pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
             "a residual of another shape or dtype than the product",
         ));
     }
+    one_matrix(x, p, Some(residual))
+}
+
+/// [`matmul`], or [`matmul_add`] given `residual`: one launch of the one-matrix kernel or its
+/// residual form, with the same constants (their products agree bit for bit).
+fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Array> {
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
-    let shape = out_shape(x, n);
     let rows = rows_per_warp();
     let split = split_for(k);
+    let which = match residual {
+        Some(_) => Kernel::Add,
+        None => Kernel::One,
+    };
     let mut inputs = operands(&p)?.to_vec();
     inputs.push(x.clone());
-    inputs.push(residual.clone());
+    inputs.extend(residual.cloned());
+    let shape = out_shape(x, n);
     let outputs = launch(
-        Kernel::Add,
+        which,
         &inputs,
         &[&shape],
         &types(x, p.scales.dtype(), None),
@@ -384,7 +373,7 @@ pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
             (c"SPLIT", split),
             (c"B8", derived_biases(&[p])),
         ],
-        split_grid(Kernel::Add, n, rows, split),
+        split_grid(which, n, rows, split),
     )?;
     cuda_kernel::single(Kernel::One.spec(), outputs)
 }
