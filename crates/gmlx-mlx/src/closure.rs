@@ -45,6 +45,36 @@ pub(crate) fn vector_of(arrays: &[Array]) -> mlx_sys::mlx_vector_array {
     unsafe { mlx_sys::mlx_vector_array_new_data(ptrs.as_ptr(), ptrs.len()) }
 }
 
+/// How an mlx-c call over vectors of arrays ([`call_on_vectors`]) failed.
+pub(crate) enum VectorCallError {
+    /// The call's own failure code.
+    Code(c_int),
+    /// Its output vector could not be read.
+    Unreadable(String),
+}
+
+/// `call(&mut out, input)` with `inputs` as a new mlx-c vector `input`, and `out`, a new vector
+/// the call fills, read back as arrays; both vectors are freed here.
+pub(crate) fn call_on_vectors(
+    inputs: &[Array],
+    call: impl FnOnce(*mut mlx_sys::mlx_vector_array, mlx_sys::mlx_vector_array) -> c_int,
+) -> std::result::Result<Vec<Array>, VectorCallError> {
+    let input = vector_of(inputs);
+    // SAFETY: `input` and `out` are created here, handed to `call` live, and freed once.
+    unsafe {
+        let mut out = mlx_sys::mlx_vector_array_new();
+        let rc = call(&mut out, input);
+        mlx_sys::mlx_vector_array_free(input);
+        let arrays = if rc == 0 {
+            arrays_of(out).map_err(VectorCallError::Unreadable)
+        } else {
+            Err(VectorCallError::Code(rc))
+        };
+        mlx_sys::mlx_vector_array_free(out);
+        arrays
+    }
+}
+
 /// Writes `outputs` into `out`.
 ///
 /// # Safety
@@ -95,25 +125,18 @@ pub(crate) unsafe extern "C" fn destroy<T>(payload: *mut c_void) {
 /// Applies `closure` to `inputs`, reporting a failing Rust body's own error.
 pub(crate) fn apply(closure: mlx_sys::mlx_closure, inputs: &[Array]) -> Result<Vec<Array>> {
     LAST_ERROR.with(|l| l.borrow_mut().take());
-    let input = vector_of(inputs);
-    // SAFETY: `input` and `out` are created and freed here.
-    unsafe {
-        let mut out = mlx_sys::mlx_vector_array_new();
-        let rc = mlx_sys::mlx_closure_apply(&mut out, closure, input);
-        mlx_sys::mlx_vector_array_free(input);
-        if rc != 0 {
-            mlx_sys::mlx_vector_array_free(out);
-            let what = LAST_ERROR.with(|l| l.borrow_mut().take());
-            return Err(match what {
-                Some(what) => Error::Mlx(Exception::custom(what)),
-                None => Error::Ffi {
-                    call: "mlx_closure_apply",
-                    code: rc,
-                },
-            });
-        }
-        let arrays = arrays_of(out);
-        mlx_sys::mlx_vector_array_free(out);
-        arrays.map_err(|e| Error::Mlx(Exception::custom(e)))
-    }
+    // SAFETY: the closure is live; the vectors are live for the call.
+    call_on_vectors(inputs, |out, input| unsafe {
+        mlx_sys::mlx_closure_apply(out, closure, input)
+    })
+    .map_err(|e| match e {
+        VectorCallError::Code(rc) => match LAST_ERROR.with(|l| l.borrow_mut().take()) {
+            Some(what) => Error::Mlx(Exception::custom(what)),
+            None => Error::Ffi {
+                call: "mlx_closure_apply",
+                code: rc,
+            },
+        },
+        VectorCallError::Unreadable(e) => Error::Mlx(Exception::custom(e)),
+    })
 }

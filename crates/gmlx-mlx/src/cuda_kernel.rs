@@ -10,6 +10,7 @@ use std::sync::{Mutex, OnceLock};
 
 use mlx_rs::{Array, Dtype, Stream};
 
+use crate::closure::VectorCallError;
 use crate::error::{Error, Result};
 use crate::kept::KeptPrimitive;
 use crate::runtime::{check, Backend};
@@ -406,30 +407,18 @@ fn apply(
     inputs: &[Array],
     config: mlx_sys::mlx_fast_cuda_kernel_config,
 ) -> Result<Vec<Array>> {
-    let inputs = crate::closure::vector_of(inputs);
     let stream = Stream::thread_local_or_default();
-    // SAFETY: every handle is live for the call; `outputs` is read, then freed once.
-    unsafe {
-        let mut outputs = mlx_sys::mlx_vector_array_new();
-        let code = mlx_sys::mlx_fast_cuda_kernel_apply(
-            &mut outputs,
-            kernel,
-            inputs,
-            config,
-            stream.as_ptr(),
-        );
-        mlx_sys::mlx_vector_array_free(inputs);
-        let arrays = if code == 0 {
-            crate::closure::arrays_of(outputs).map_err(|e| error(spec, &e))
-        } else {
-            Err(Error::Ffi {
-                call: "mlx_fast_cuda_kernel_apply",
-                code,
-            })
-        };
-        mlx_sys::mlx_vector_array_free(outputs);
-        arrays
-    }
+    // SAFETY: the kernel, config, stream and vectors are live for the call.
+    crate::closure::call_on_vectors(inputs, |outputs, inputs| unsafe {
+        mlx_sys::mlx_fast_cuda_kernel_apply(outputs, kernel, inputs, config, stream.as_ptr())
+    })
+    .map_err(|e| match e {
+        VectorCallError::Code(code) => Error::Ffi {
+            call: "mlx_fast_cuda_kernel_apply",
+            code,
+        },
+        VectorCallError::Unreadable(reason) => error(spec, &reason),
+    })
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use std::os::raw::c_int;
 use mlx_rs::error::Exception;
 use mlx_rs::Array;
 
-use crate::closure;
+use crate::closure::{self, VectorCallError};
 use crate::error::{Error, Result};
 
 type Backward =
@@ -132,25 +132,19 @@ impl Drop for CustomVjp {
 /// side by side (and hold its memory at once) runs one piece after another.
 pub fn depends(inputs: &[Array], dependencies: &[Array]) -> Result<Vec<Array>> {
     crate::init();
-    let i = closure::vector_of(inputs);
     let d = closure::vector_of(dependencies);
-    // SAFETY: the three vectors are created and freed here.
-    unsafe {
-        let mut out = mlx_sys::mlx_vector_array_new();
-        let rc = mlx_sys::mlx_depends(&mut out, i, d);
-        mlx_sys::mlx_vector_array_free(i);
-        mlx_sys::mlx_vector_array_free(d);
-        if rc != 0 {
-            mlx_sys::mlx_vector_array_free(out);
-            return Err(Error::Ffi {
-                call: "mlx_depends",
-                code: rc,
-            });
-        }
-        let arrays = closure::arrays_of(out);
-        mlx_sys::mlx_vector_array_free(out);
-        arrays.map_err(|e| Error::Mlx(Exception::custom(e)))
-    }
+    // SAFETY: the vectors are live for the call; `d` is freed once, after it.
+    let arrays =
+        closure::call_on_vectors(inputs, |out, i| unsafe { mlx_sys::mlx_depends(out, i, d) });
+    // SAFETY: made above, freed once.
+    unsafe { mlx_sys::mlx_vector_array_free(d) };
+    arrays.map_err(|e| match e {
+        VectorCallError::Code(code) => Error::Ffi {
+            call: "mlx_depends",
+            code,
+        },
+        VectorCallError::Unreadable(e) => Error::Mlx(Exception::custom(e)),
+    })
 }
 
 #[cfg(test)]

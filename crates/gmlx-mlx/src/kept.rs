@@ -4,6 +4,8 @@
 //! text) is done once. [`crate::cuda_kernel`] keeps its launches' primitives this way.
 use mlx_rs::Array;
 
+use crate::closure::VectorCallError;
+
 /// The primitive of one node with its outputs' shapes and dtypes.
 pub(crate) struct KeptPrimitive(*mut std::ffi::c_void);
 
@@ -20,20 +22,16 @@ impl KeptPrimitive {
     /// kept node had, of the same dtypes: the primitive was made for those); MLX's reason where
     /// it cannot.
     pub(crate) fn apply(&self, inputs: &[Array]) -> Result<Vec<Array>, String> {
-        let inputs = crate::closure::vector_of(inputs);
-        // SAFETY: every handle is live for the call; `outputs` is read, then freed once.
-        unsafe {
-            let mut outputs = mlx_sys::mlx_vector_array_new();
-            let code = mlx_sys::gmlx_kept_primitive_apply(&mut outputs, self.0, inputs);
-            mlx_sys::mlx_vector_array_free(inputs);
-            let arrays = if code == 0 {
-                crate::closure::arrays_of(outputs)
-            } else {
-                Err("MLX could not make the node (its message is on stderr)".to_owned())
-            };
-            mlx_sys::mlx_vector_array_free(outputs);
-            arrays
-        }
+        // SAFETY: the kept primitive and the vectors are live for the call.
+        crate::closure::call_on_vectors(inputs, |out, inputs| unsafe {
+            mlx_sys::gmlx_kept_primitive_apply(out, self.0, inputs)
+        })
+        .map_err(|e| match e {
+            VectorCallError::Code(_) => {
+                "MLX could not make the node (its message is on stderr)".to_owned()
+            }
+            VectorCallError::Unreadable(reason) => reason,
+        })
     }
 }
 
