@@ -90,9 +90,9 @@ static SPEC: Spec = Spec {
 pub const VALUES_EARLY_VAR: &str = "GMLX_CUDA_ATTENTION_V_EARLY";
 
 /// Whether each pass loads its value rows together with its key rows, into registers of their
-/// own, so that a pass waits on memory once instead of twice (`GMLX_CUDA_ATTENTION_V_EARLY=1`;
-/// off by default until measured on a GPU). After 8 000 tokens of the Llama-3-8B shape each
-/// block makes four passes and the kernel read 628 GB/s (`docs/performance.md`).
+/// own, so that a pass waits on memory once instead of twice (`GMLX_CUDA_ATTENTION_V_EARLY=1`).
+/// Off by default: on an H100 it changed neither the 8B decode after 8 000 tokens (203.2 / 209.4
+/// against 203.3 / 209.6 tok/s) nor SmolLM2's (`bench/runs/2026-12-07-h100-2/`).
 fn values_early() -> bool {
     static EARLY: OnceLock<bool> = OnceLock::new();
     *EARLY.get_or_init(|| cuda_kernel::opted_in(VALUES_EARLY_VAR))

@@ -32,7 +32,7 @@ pub(crate) type Output<'a> = (&'a [i32], Dtype);
 /// Applies kernel `spec` to `inputs` with `outputs`, the template types `types` (named so that
 /// they enter the compiled kernel's name: MLX keys its compiled kernels by name and template
 /// values), integer constants `ints`, over `(threads in all, threads per block)`. With
-/// `GMLX_CUDA_KERNEL_REUSE=1` a launch whose [`launch_key`] an earlier one of this thread had
+/// kept primitives on (unless `GMLX_CUDA_KERNEL_REUSE=0`) a launch whose [`launch_key`] an earlier one of this thread had
 /// reuses that launch's primitive ([`KeptPrimitive`]): MLX generates a kernel's whole text at
 /// every call of its custom-kernel function, and a decode step makes a few hundred calls.
 pub(crate) fn launch(
@@ -79,15 +79,16 @@ fn keep(key: Vec<i64>, arrays: &[Array]) {
     });
 }
 
-/// The environment variable that turns on (`1`) making a launch's node from the primitive of an
+/// The environment variable that turns off (`0`) making a launch's node from the primitive of an
 /// earlier launch of the same kernel, settings and argument types ([`launch`]).
 pub const REUSE_VAR: &str = "GMLX_CUDA_KERNEL_REUSE";
 
-/// Whether [`launch`] reuses primitives (`GMLX_CUDA_KERNEL_REUSE=1`; off by default until
-/// measured on a GPU).
+/// Whether [`launch`] reuses primitives (unless `GMLX_CUDA_KERNEL_REUSE=0`: the host's graph
+/// building per SmolLM2-135M decode step went from 776-1 349 us to 413-441 us on an H100,
+/// `bench/runs/2026-12-07-h100-2/`).
 fn reuse_enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| opted_in(REUSE_VAR))
+    *ENABLED.get_or_init(|| switched_on(REUSE_VAR))
 }
 
 /// Primitives kept per thread at most; past it the map starts over (a decode step launches a

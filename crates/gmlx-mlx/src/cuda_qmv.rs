@@ -54,17 +54,17 @@ fn norm_warps() -> i32 {
     )
 }
 
-/// The environment variable that turns on (`1`) deriving centered matrices' biases in the
+/// The environment variable that turns off (`0`) deriving centered matrices' biases in the
 /// kernels ([`derived_biases`]).
 pub const CENTERED_VAR: &str = "GMLX_CUDA_QMV_CENTERED";
 
 /// `B8` of a launch over matrices `p`: 1 where every one is [`Packed::centered`] (Q4_0's biases,
-/// -8 times the scales) and `GMLX_CUDA_QMV_CENTERED=1`: the kernels compute the biases from the
-/// scales instead of reading them, a tenth of a 4-bit matrix's bytes a product (off by default
-/// until measured on a GPU).
+/// -8 times the scales) unless `GMLX_CUDA_QMV_CENTERED=0`: the kernels compute the biases from
+/// the scales instead of reading them, a tenth of a 4-bit matrix's bytes a product (the 8B Q4_0
+/// decode 5 % faster on an H100, `bench/runs/2026-12-07-h100-2/`).
 fn derived_biases(p: &[Packed<'_>]) -> i32 {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    let on = *ENABLED.get_or_init(|| cuda_kernel::opted_in(CENTERED_VAR));
+    let on = *ENABLED.get_or_init(|| switched_on(CENTERED_VAR));
     i32::from(on && p.iter().all(|m| m.centered))
 }
 
@@ -72,7 +72,7 @@ fn derived_biases(p: &[Packed<'_>]) -> i32 {
 /// ([`split_for`]).
 pub const SPLIT_VAR: &str = "GMLX_CUDA_QMV_SPLIT";
 
-/// The environment variable that turns on (`1`) the normed kernels' early weight loads.
+/// The environment variable that turns off (`0`) the normed kernels' early weight loads.
 pub const EARLY_VAR: &str = "GMLX_CUDA_QMV_EARLY";
 
 const HEADER: &str = include_str!("kernels/qmv4.cuh");
@@ -528,12 +528,12 @@ fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 3] {
 }
 
 /// Whether a normed kernel's warps issue their first weight loads before the block's norm, so
-/// that they are in flight while it runs (`GMLX_CUDA_QMV_EARLY=1`; off by default until
-/// measured on a GPU). Its L2-prefetch form (`prefetch.global.L2` before the norm) made the 8B
+/// that they are in flight while it runs (on unless `GMLX_CUDA_QMV_EARLY=0`: the 8B Q4_0 decode
+/// 8 % faster on an H100, `bench/runs/2026-12-07-h100-2/`). Its L2-prefetch form (`prefetch.global.L2` before the norm) made the 8B
 /// decode 2.6 % slower on an H100 (`bench/runs/2026-12-06-h100-8/`) and was removed.
 fn early_loads() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| cuda_kernel::opted_in(EARLY_VAR))
+    *ENABLED.get_or_init(|| switched_on(EARLY_VAR))
 }
 
 /// The kernels' template types: `T` (the row's and outputs' dtype), `S` (the matrices'
