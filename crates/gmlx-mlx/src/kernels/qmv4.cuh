@@ -517,3 +517,58 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
   gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8>(wr, sr, br, xn, acc, &first);
   gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
 }
+
+// gmlx_qmv4_norm_silu_early for LOOP sets of ROWS rows per warp: of the grid's W warps, warp w
+// takes sets w, w + W, ... (rows below N), so a block norms the row once for LOOP times the
+// rows, and each set's first loads are issued before the set before it is computed (two sets'
+// loads in registers at a time): a warp keeps its reads in flight from its first set to its
+// last instead of paying a norm and a wait on memory for every set.
+template <
+    int K, int N, int ROWS, int BLOCK, int LOOP, typename S, typename T, typename W, int B8 = 0>
+__device__ __forceinline__ void gmlx_qmv4_norm_silu_loop(
+    const W* nw, float eps, const T* x, T* xn,
+    const uint32_t* wg, const S* sg, const S* bg,
+    const uint32_t* wu, const S* su, const S* bu,
+    T* y) {
+  const int stride = gridDim.x * (BLOCK / 32) * ROWS;
+  const int lane = threadIdx.x & 31;
+  int row0 = gmlx_warp_index() * ROWS;
+  const uint32_t* wr[2 * ROWS];
+  const S* sr[2 * ROWS];
+  const S* br[2 * ROWS];
+  gmlx_qmv4_point<K, ROWS, S>(wg, sg, bg, N, row0, 0, wr, sr, br);
+  gmlx_qmv4_point<K, ROWS, S>(wu, su, bu, N, row0, ROWS, wr, sr, br);
+  GmlxQmv4Loads<K, 2 * ROWS, S, B8> current;
+  if (row0 < N) {
+    current.load(wr, sr, br, lane);
+  }
+  gmlx_rms_norm_block<K, BLOCK>(x, nw, eps, xn);
+#pragma unroll 1
+  for (int set = 0; set < LOOP && row0 < N; ++set) {
+    const int next0 = row0 + stride;
+    const bool more = set + 1 < LOOP && next0 < N;
+    const uint32_t* wn[2 * ROWS];
+    const S* sn[2 * ROWS];
+    const S* bn[2 * ROWS];
+    GmlxQmv4Loads<K, 2 * ROWS, S, B8> next;
+    if (more) {
+      gmlx_qmv4_point<K, ROWS, S>(wg, sg, bg, N, next0, 0, wn, sn, bn);
+      gmlx_qmv4_point<K, ROWS, S>(wu, su, bu, N, next0, ROWS, wn, sn, bn);
+      next.load(wn, sn, bn, lane);
+    }
+    float acc[2 * ROWS];
+    gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8>(wr, sr, br, xn, acc, &current);
+    gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
+    if (!more) {
+      break;
+    }
+    current = next;
+#pragma unroll
+    for (int r = 0; r < 2 * ROWS; ++r) {
+      wr[r] = wn[r];
+      sr[r] = sn[r];
+      br[r] = bn[r];
+    }
+    row0 = next0;
+  }
+}
