@@ -40,22 +40,6 @@ pub const FUSE_VAR: &str = "GMLX_CUDA_QMV_FUSE";
 /// add after ([`norm_matmul_three`], [`norm_silu_glu`], [`matmul_add`]), leaving the rest.
 pub const FUSE_NORM_ADD_VAR: &str = "GMLX_CUDA_QMV_FUSE_NORM_ADD";
 
-/// The environment variable that sets the sets of rows each warp of the normed gate-up kernel
-/// takes ([`silu_loop`]).
-pub const SILU_LOOP_VAR: &str = "GMLX_CUDA_QMV_SILU_LOOP";
-
-/// Sets of rows each warp of the normed gate-up kernel takes: `GMLX_CUDA_QMV_SILU_LOOP` (1 to
-/// 16), 1 by default. With one, a block norms the row, its warps read their rows once and exit:
-/// the Llama-3-8B gate-up launch is about seven waves of such blocks, each paying the norm's and
-/// the reads' latency in turn, and read 1.4 TB/s on an H100 (`docs/performance.md`). Above one,
-/// a warp loads its next set's first groups before it computes the set before, its block norms
-/// the row once for them all, and the blocks are 4 warps (NVRTC for sm_90: 160 registers a
-/// thread, three blocks a multiprocessor).
-fn silu_loop() -> i32 {
-    static LOOP: OnceLock<i32> = OnceLock::new();
-    *LOOP.get_or_init(|| cuda_kernel::int_setting(SILU_LOOP_VAR, 1..=16, 1))
-}
-
 /// Warps per thread block of the normed kernels: `GMLX_CUDA_QMV_NORM_WARPS` (4, 8 or 16), 8 by
 /// default. The Llama-3-8B q k v launch is 384 blocks of 8 warps, 1.45 waves at the two blocks
 /// a multiprocessor holds on an H100 (`docs/performance.md`); 4 warps make 768 blocks, five a
@@ -214,7 +198,6 @@ impl Kernel {
     /// are larger ([`norm_warps`]).
     fn warps_per_block(self) -> i32 {
         match self {
-            Kernel::NormSilu if silu_loop() > 1 => 4,
             Kernel::NormThree | Kernel::NormSilu | Kernel::NormRopeThree => norm_warps(),
             _ => 4,
         }
@@ -516,7 +499,6 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
     } else {
         Kernel::Silu
     };
-    let sets = if norm.is_some() { silu_loop() } else { 1 };
     let mut ints = vec![
         (c"K", k),
         (c"N", n),
@@ -524,16 +506,13 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
         (c"B8", derived_biases(&[gate, up])),
     ];
     ints.extend(norm.into_iter().flat_map(|n| norm_constants(which, n)));
-    if norm.is_some() {
-        ints.push((c"LOOP", sets));
-    }
     let outputs = launch(
         which,
         &inputs,
         &[&shape],
         &types(x, side_dtype(&[gate, up])?, norm),
         &ints,
-        grid(which, ((n + rows - 1) / rows + sets - 1) / sets),
+        grid(which, (n + rows - 1) / rows),
     )?;
     cuda_kernel::single(Kernel::One.spec(), outputs)
 }

@@ -58,11 +58,9 @@ FORMS = [
     ("qmv4_norm_silu.cu", "qmv4.cuh",
      [("nw", "W")] + [("wg", "uint32_t"), ("sg", "S"), ("bg", "S"),
                       ("wu", "uint32_t"), ("su", "S"), ("bu", "S"), ("x", "T")],
-     ["y"], "T S W K N ROWS EPS BLOCK EARLY LOOP B8",
-     [[B, B, B, k, n, 1, "EPS", 256, e, 1, b8] for k, n in ((4096, 14336), (576, 1536))
-      for e in (0, 1) for b8 in (0, 1)]
-     + [[B, B, B, k, n, 1, "EPS", bl, 1, lp, 1] for k, n in ((4096, 14336), (576, 1536))
-        for bl in (128, 256) for lp in (2, 4)]),
+     ["y"], "T S W K N ROWS EPS BLOCK EARLY B8",
+     [[B, B, B, k, n, 1, "EPS", 256, e, b8] for k, n in ((4096, 14336), (576, 1536))
+      for e in (0, 1) for b8 in (0, 1)]),
     ("qmv4_add.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")],
      ["y"], "T S K N ROWS SPLIT B8",

@@ -1,12 +1,9 @@
 // y = silu(G n) * (U n) for n = RMSNorm(x) with weight nw, in one launch (a block's feed-forward
 // norm, gate and up projections and SwiGLU; see qmv4.cuh). MLX generates the signature (nw, wg,
-// sg, bg, wu, su, bu, x, y) and the constants T, S, W, K, N, ROWS, EPS, BLOCK, EARLY, LOOP and B8
-// (as qmv4_norm_three.cu; LOOP: the sets of ROWS rows each warp takes).
+// sg, bg, wu, su, bu, x, y) and the constants T, S, W, K, N, ROWS, EPS, BLOCK, EARLY and B8 (as
+// qmv4_norm_three.cu).
 __shared__ __align__(16) T xn[K];
-if (LOOP > 1) {
-  gmlx_qmv4_norm_silu_loop<K, N, ROWS, BLOCK, LOOP, S, T, W, B8>(
-      nw, __int_as_float(EPS), x, xn, wg, sg, bg, wu, su, bu, y);
-} else if (EARLY) {
+if (EARLY) {
   gmlx_qmv4_norm_silu_early<K, N, ROWS, BLOCK, S, T, W, B8>(
       nw, __int_as_float(EPS), x, xn, wg, sg, bg, wu, su, bu, y);
 } else {
