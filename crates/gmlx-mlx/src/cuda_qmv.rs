@@ -518,13 +518,32 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
 }
 
 /// A normed kernel's constants: `EPS` (the epsilon's float bits), `BLOCK` (threads per
-/// block, over which the kernel norms its row) and `EARLY` ([`early_loads`]).
-fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 3] {
+/// block, over which the kernel norms its row), `EARLY` ([`early_loads`]) and `SWZ`
+/// ([`swizzled_row`]).
+fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 4] {
     [
         (c"EPS", norm.eps.to_bits() as i32),
         (c"BLOCK", 32 * which.warps_per_block()),
         (c"EARLY", i32::from(early_loads())),
+        (c"SWZ", i32::from(swizzled_row())),
     ]
+}
+
+/// The environment variable that turns on (`1`) the normed kernels' swizzled row
+/// ([`swizzled_row`]).
+pub const SWIZZLE_VAR: &str = "GMLX_CUDA_QMV_SWIZZLE";
+
+/// Whether a normed kernel holds its block's normed row in shared memory with each group's
+/// 16-byte chunks permuted (`qmv4.cuh`'s `gmlx_xn_chunk`) and reads the norm weight 16 bytes
+/// per load (`GMLX_CUDA_QMV_SWIZZLE=1`; off by default until measured on a GPU). Lane l of a
+/// warp reads group l of the row, so in order the 8 lanes of a quarter-warp read the same few
+/// shared-memory banks: Nsight Compute counted 14.5-way conflicts on the gate-up kernel's loads
+/// of the row (71 % of its shared wavefronts) and half of each sector of its 2-byte norm-weight
+/// loads wasted on an H100 (`bench/runs/2026-12-07-h100/ncu-detail-call3-position-copy.txt`).
+/// The values and their order of summation are the same either way.
+fn swizzled_row() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| cuda_kernel::opted_in(SWIZZLE_VAR))
 }
 
 /// Whether a normed kernel's warps issue their first weight loads before the block's norm, so

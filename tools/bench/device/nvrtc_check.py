@@ -46,21 +46,26 @@ FORMS = [
      [("nw", "W")] + side("0") + side("1") + side("2")
      + [("x", "T"), ("inv_freq", "float"), ("pos", "int32_t")],
      ["y0", "y1", "y2"],
-     "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8 D RD PSCALE",
-     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, b8, 128, 128, "PSCALE"]
-      for e in (0, 1) for b8 in (0, 1)]
-     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 128, e, 0, 128, 128, "PSCALE"] for e in (0, 1)]
-     + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, e, 0, 64, 64, "PSCALE"] for e in (0, 1)]),
+     "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8 SWZ D RD PSCALE",
+     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, b8, sw, 128, 128, "PSCALE"]
+      for e in (0, 1) for b8 in (0, 1) for sw in (0, 1)]
+     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 128, e, 0, 0, 128, 128, "PSCALE"]
+        for e in (0, 1)]
+     + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, e, 0, sw, 64, 64, "PSCALE"]
+        for e in (0, 1) for sw in (0, 1)]),
     ("qmv4_norm_three.cu", "qmv4.cuh",
      [("nw", "W")] + side("0") + side("1") + side("2") + [("x", "T")],
-     ["y0", "y1", "y2"], "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8",
-     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, 0] for e in (0, 1)]),
+     ["y0", "y1", "y2"], "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8 SWZ",
+     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, 0, sw] for e in (0, 1)
+      for sw in (0, 1)]
+     + [[F, F, F, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, 0, sw] for sw in (0, 1)]
+     + [[B, B, F, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, 0, 1]]),
     ("qmv4_norm_silu.cu", "qmv4.cuh",
      [("nw", "W")] + [("wg", "uint32_t"), ("sg", "S"), ("bg", "S"),
                       ("wu", "uint32_t"), ("su", "S"), ("bu", "S"), ("x", "T")],
-     ["y"], "T S W K N ROWS EPS BLOCK EARLY B8",
-     [[B, B, B, k, n, 1, "EPS", 256, e, b8] for k, n in ((4096, 14336), (576, 1536))
-      for e in (0, 1) for b8 in (0, 1)]),
+     ["y"], "T S W K N ROWS EPS BLOCK EARLY B8 SWZ",
+     [[B, B, B, k, n, 1, "EPS", 256, e, b8, sw] for k, n in ((4096, 14336), (576, 1536))
+      for e in (0, 1) for b8 in (0, 1) for sw in (0, 1)]),
     ("qmv4_add.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")],
      ["y"], "T S K N ROWS SPLIT B8",

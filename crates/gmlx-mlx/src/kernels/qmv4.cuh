@@ -18,6 +18,18 @@ __device__ __forceinline__ int gmlx_warp_index() {
   return blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 }
 
+// Where chunk c (16 bytes) of group g (32 values) of a block's normed row is held in shared
+// memory in the swizzled layout (SWZ 1): chunk c ^ key(g) of its group, key(g) = (g CH / 8) mod
+// CH for CH chunks a group. Lane l of a warp reads group l (plus a multiple of 32), so the 8
+// lanes of a quarter-warp read chunk c of 8 consecutive groups: in order they would share 2
+// (16-bit T) or 1 (float) of the 8 16-byte bank slots (Nsight Compute: 14.5-way conflicts on
+// an H100); swizzled they take all 8.
+template <typename T>
+__device__ __forceinline__ int gmlx_xn_chunk(int g, int c) {
+  constexpr int CH = 32 * sizeof(T) / 16;
+  return g * CH + (c ^ ((g * CH / 8) % CH));
+}
+
 // Groups per row and lane whose loads gmlx_qmv4_dot issues before it uses any.
 enum { GMLX_QMV4_INFLIGHT = 4 };
 
@@ -77,8 +89,9 @@ struct GmlxQmv4Loads {
 
 // acc[r] = row r . x for the R rows whose codes, scales and biases start at w[r], s[r], b[r]:
 // the whole warp's sum, in every lane. `first`, where given, holds the lane's first loads
-// (GmlxQmv4Loads::load at group `lane`), issued by the caller before it computed x.
-template <int K, int R, typename S, typename T, int B8 = 0>
+// (GmlxQmv4Loads::load at group `lane`), issued by the caller before it computed x. SWZ 1: x
+// is a block's normed row in the swizzled layout (gmlx_xn_chunk).
+template <int K, int R, typename S, typename T, int B8 = 0, int SWZ = 0>
 __device__ __forceinline__ void gmlx_qmv4_dot(
     const uint32_t* const* w,
     const S* const* s,
@@ -109,11 +122,12 @@ __device__ __forceinline__ void gmlx_qmv4_dot(
       }
       float xv[32];
       const T* xg = x + g * 32;
-      if (x_aligned) {
+      if (SWZ || x_aligned) {
         constexpr int PER = 16 / sizeof(T);
 #pragma unroll
         for (int c = 0; c < 32 / PER; ++c) {
-          uint4 raw = reinterpret_cast<const uint4*>(xg)[c];
+          uint4 raw = SWZ ? reinterpret_cast<const uint4*>(x)[gmlx_xn_chunk<T>(g, c)]
+                          : reinterpret_cast<const uint4*>(xg)[c];
           const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
           for (int i = 0; i < PER; ++i) {
@@ -238,8 +252,8 @@ __device__ __forceinline__ void gmlx_qmv4_store(
 }
 
 // y[row0 .. row0 + ROWS) = rows of W x, those below n, with `residual` or `rope` as
-// gmlx_qmv4_store takes them.
-template <int K, int ROWS, typename S, typename T, int B8 = 0>
+// gmlx_qmv4_store takes them (SWZ as gmlx_qmv4_dot).
+template <int K, int ROWS, typename S, typename T, int B8 = 0, int SWZ = 0>
 __device__ __forceinline__ void gmlx_qmv4_rows(
     const uint32_t* w,
     const S* scales,
@@ -255,7 +269,7 @@ __device__ __forceinline__ void gmlx_qmv4_rows(
   const S* br[ROWS];
   gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
   float acc[ROWS];
-  gmlx_qmv4_dot<K, ROWS, S, T, B8>(wr, sr, br, x, acc);
+  gmlx_qmv4_dot<K, ROWS, S, T, B8, SWZ>(wr, sr, br, x, acc);
   gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, rope);
 }
 
@@ -327,8 +341,8 @@ __device__ __forceinline__ void gmlx_qmv4_silu_store(const float* acc, T* y, int
 }
 
 // y[row0 .. row0 + ROWS) = silu(G x) * (U x) for those rows below n: the gate's and the up
-// matrix's rows share the warp's activations.
-template <int K, int ROWS, typename S, typename T, int B8 = 0>
+// matrix's rows share the warp's activations (SWZ as gmlx_qmv4_dot).
+template <int K, int ROWS, typename S, typename T, int B8 = 0, int SWZ = 0>
 __device__ __forceinline__ void gmlx_qmv4_silu_rows(
     const uint32_t* wg,
     const S* sg,
@@ -346,13 +360,13 @@ __device__ __forceinline__ void gmlx_qmv4_silu_rows(
   gmlx_qmv4_point<K, ROWS, S>(wg, sg, bg, n, row0, 0, wr, sr, br);
   gmlx_qmv4_point<K, ROWS, S>(wu, su, bu, n, row0, ROWS, wr, sr, br);
   float acc[2 * ROWS];
-  gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8>(wr, sr, br, x, acc);
+  gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8, SWZ>(wr, sr, br, x, acc);
   gmlx_qmv4_silu_store<ROWS, T>(acc, y, n, row0);
 }
 
 // The three matrices' rows by warp (gmlx_qmv4_three_share); W0's and W1's rows rotated by
-// `rope` where its inv_freq is given (queries and keys).
-template <int K, int N0, int N1, int N2, int ROWS, typename S, typename T, int B8 = 0>
+// `rope` where its inv_freq is given (queries and keys); SWZ as gmlx_qmv4_dot.
+template <int K, int N0, int N1, int N2, int ROWS, typename S, typename T, int B8 = 0, int SWZ = 0>
 __device__ __forceinline__ void gmlx_qmv4_three(
     const uint32_t* w0, const S* s0, const S* b0,
     const uint32_t* w1, const S* s1, const S* b1,
@@ -362,11 +376,11 @@ __device__ __forceinline__ void gmlx_qmv4_three(
   const GmlxShare share = gmlx_qmv4_three_share<N0, N1, N2, ROWS>();
   const T* no_residual = nullptr;
   if (share.matrix == 0) {
-    gmlx_qmv4_rows<K, ROWS, S, T, B8>(w0, s0, b0, x, y0, N0, share.row0, no_residual, rope);
+    gmlx_qmv4_rows<K, ROWS, S, T, B8, SWZ>(w0, s0, b0, x, y0, N0, share.row0, no_residual, rope);
   } else if (share.matrix == 1) {
-    gmlx_qmv4_rows<K, ROWS, S, T, B8>(w1, s1, b1, x, y1, N1, share.row0, no_residual, rope);
+    gmlx_qmv4_rows<K, ROWS, S, T, B8, SWZ>(w1, s1, b1, x, y1, N1, share.row0, no_residual, rope);
   } else if (share.matrix == 2) {
-    gmlx_qmv4_rows<K, ROWS, S, T, B8>(w2, s2, b2, x, y2, N2, share.row0);
+    gmlx_qmv4_rows<K, ROWS, S, T, B8, SWZ>(w2, s2, b2, x, y2, N2, share.row0);
   }
 }
 
@@ -375,8 +389,10 @@ __device__ __forceinline__ void gmlx_qmv4_three(
 // block norms the row for itself (a decode step's row is a few kilobytes, read from the L2
 // cache, where a separate norm would be one more operation for the host to build and submit),
 // so the row is read once, 16 bytes per load, all of a thread's loads issued before any is
-// used, and kept in registers between the sum and the scaling.
-template <int K, int BLOCK, typename T, typename W>
+// used, and kept in registers between the sum and the scaling. SWZ 1: xn is written in the
+// swizzled layout (gmlx_xn_chunk), and the norm weight is read 16 bytes per load where it is
+// aligned (else by value, 2-byte loads that waste half of each sector fetched).
+template <int K, int BLOCK, int SWZ = 0, typename T, typename W>
 __device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, float eps, T* xn) {
   constexpr int PER = 16 / sizeof(T);
   constexpr int CHUNKS = K / PER;
@@ -427,18 +443,32 @@ __device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, flo
     total += partial[i];
   }
   const float inv = rsqrtf(total / K + eps);
+  // a chunk's norm weights as 16-byte loads: PER of them are WQ such loads (none where they
+  // are not a whole number of them)
+  constexpr int WQ = (PER * sizeof(W)) % 16 == 0 ? PER * sizeof(W) / 16 : 0;
+  const bool nw_vector = SWZ && WQ > 0 && (reinterpret_cast<size_t>(nw) & 15) == 0;
 #pragma unroll
   for (int m = 0; m < MINE; ++m) {
     const int c = threadIdx.x + m * BLOCK;
     if (c < CHUNKS) {
+      uint4 weights[WQ > 0 ? WQ : 1];
+      if (nw_vector) {
+#pragma unroll
+        for (int q = 0; q < WQ; ++q) {
+          weights[q] = __ldg(reinterpret_cast<const uint4*>(nw + c * PER) + q);
+        }
+      }
+      const W* wv = reinterpret_cast<const W*>(weights);
       uint4 packed;
       T* out = reinterpret_cast<T*>(&packed);
 #pragma unroll
       for (int i = 0; i < PER; ++i) {
         const T scaled = static_cast<T>(v[m][i] * inv);
-        out[i] = static_cast<T>(static_cast<float>(nw[c * PER + i]) * static_cast<float>(scaled));
+        const W weight = nw_vector ? wv[i] : nw[c * PER + i];
+        out[i] = static_cast<T>(static_cast<float>(weight) * static_cast<float>(scaled));
       }
-      reinterpret_cast<uint4*>(xn)[c] = packed;
+      constexpr int CH = 32 / PER;
+      reinterpret_cast<uint4*>(xn)[SWZ ? gmlx_xn_chunk<T>(c / CH, c % CH) : c] = packed;
     }
   }
   __syncthreads();
@@ -449,7 +479,7 @@ __device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, flo
 // while it runs (a decode step's blocks otherwise read nothing from DRAM during their norm).
 template <
     int K, int N0, int N1, int N2, int ROWS, int BLOCK, typename S, typename T, typename W,
-    int B8 = 0>
+    int B8 = 0, int SWZ = 0>
 __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
     const W* nw, float eps, const T* x, T* xn,
     const uint32_t* w0, const S* s0, const S* b0,
@@ -479,12 +509,12 @@ __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
   if (mine) {
     first.load(wr, sr, br, threadIdx.x & 31);
   }
-  gmlx_rms_norm_block<K, BLOCK>(x, nw, eps, xn);
+  gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, eps, xn);
   if (!mine) {
     return;
   }
   float acc[ROWS];
-  gmlx_qmv4_dot<K, ROWS, S, T, B8>(wr, sr, br, xn, acc, &first);
+  gmlx_qmv4_dot<K, ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, &first);
   const T* no_residual = nullptr;
   const GmlxRope rotation = share.matrix < 2 ? rope : GmlxRope{nullptr, 0.0f, 0, 0};
   gmlx_qmv4_store<ROWS, T>(acc, y, n, share.row0, no_residual, rotation);
@@ -492,7 +522,9 @@ __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
 
 // gmlx_qmv4_silu_rows of xn = RMSNorm(x) for this warp's rows, its first weight loads issued
 // before the norm (as gmlx_qmv4_norm_three_early).
-template <int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8 = 0>
+template <
+    int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8 = 0,
+    int SWZ = 0>
 __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
     const W* nw, float eps, const T* x, T* xn,
     const uint32_t* wg, const S* sg, const S* bg,
@@ -509,11 +541,11 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
   if (mine) {
     first.load(wr, sr, br, threadIdx.x & 31);
   }
-  gmlx_rms_norm_block<K, BLOCK>(x, nw, eps, xn);
+  gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, eps, xn);
   if (!mine) {
     return;
   }
   float acc[2 * ROWS];
-  gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8>(wr, sr, br, xn, acc, &first);
+  gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, &first);
   gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
 }

@@ -1,15 +1,15 @@
 // y = silu(G n) * (U n) for n = RMSNorm(x) with weight nw, in one launch (a block's feed-forward
 // norm, gate and up projections and SwiGLU; see qmv4.cuh). MLX generates the signature (nw, wg,
-// sg, bg, wu, su, bu, x, y) and the constants T, S, W, K, N, ROWS, EPS, BLOCK, EARLY and B8 (as
-// qmv4_norm_three.cu).
+// sg, bg, wu, su, bu, x, y) and the constants T, S, W, K, N, ROWS, EPS, BLOCK, EARLY, B8 and SWZ
+// (as qmv4_norm_three.cu).
 __shared__ __align__(16) T xn[K];
 if (EARLY) {
-  gmlx_qmv4_norm_silu_early<K, N, ROWS, BLOCK, S, T, W, B8>(
+  gmlx_qmv4_norm_silu_early<K, N, ROWS, BLOCK, S, T, W, B8, SWZ>(
       nw, __int_as_float(EPS), x, xn, wg, sg, bg, wu, su, bu, y);
 } else {
   const int row0 = gmlx_warp_index() * ROWS;
-  gmlx_rms_norm_block<K, BLOCK>(x, nw, __int_as_float(EPS), xn);
+  gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, __int_as_float(EPS), xn);
   if (row0 < N) {
-    gmlx_qmv4_silu_rows<K, ROWS, S, T, B8>(wg, sg, bg, wu, su, bu, xn, y, N, row0);
+    gmlx_qmv4_silu_rows<K, ROWS, S, T, B8, SWZ>(wg, sg, bg, wu, su, bu, xn, y, N, row0);
   }
 }

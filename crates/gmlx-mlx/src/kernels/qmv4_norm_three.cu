@@ -3,13 +3,14 @@
 // signature (nw, w0, s0, b0, w1, s1, b1, w2, s2, b2, x, y0, y1, y2) and the constants T, S, W
 // (the norm weight's type), K, N0, N1, N2, ROWS, EPS (the norm's epsilon, its float's bits),
 // BLOCK (threads per block), EARLY (1: each warp's first weight loads issued before the
-// norm) and B8 (as qmv4.cu).
+// norm), B8 (as qmv4.cu) and SWZ (1: the normed row held in shared memory in the swizzled
+// layout, gmlx_xn_chunk, and the norm weight read 16 bytes per load).
 __shared__ __align__(16) T xn[K];
 if (EARLY) {
-  gmlx_qmv4_norm_three_early<K, N0, N1, N2, ROWS, BLOCK, S, T, W, B8>(
+  gmlx_qmv4_norm_three_early<K, N0, N1, N2, ROWS, BLOCK, S, T, W, B8, SWZ>(
       nw, __int_as_float(EPS), x, xn, w0, s0, b0, w1, s1, b1, w2, s2, b2, y0, y1, y2,
       GmlxRope{nullptr, 0.0f, 0, 0});
 } else {
-  gmlx_rms_norm_block<K, BLOCK>(x, nw, __int_as_float(EPS), xn);
-  gmlx_qmv4_three<K, N0, N1, N2, ROWS, S, T, B8>(w0, s0, b0, w1, s1, b1, w2, s2, b2, xn, y0, y1, y2);
+  gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, __int_as_float(EPS), xn);
+  gmlx_qmv4_three<K, N0, N1, N2, ROWS, S, T, B8, SWZ>(w0, s0, b0, w1, s1, b1, w2, s2, b2, xn, y0, y1, y2);
 }

@@ -1,0 +1,46 @@
+# One-off check (twelfth session): with SWZ=0 (every launch unless GMLX_CUDA_QMV_SWIZZLE=1) the
+# three normed 4-bit kernels compile to the same PTX as at eae95a2 (the kernels measured on the
+# H100 that session, their GPU tests passed), once the mangled names of shared arrays (which
+# carry the new constant) are normalized. Run from tools/bench/device with the NVRTC venv after
+#   for f in qmv4.cuh qmv4_norm_silu.cu qmv4_norm_three.cu qmv4_norm_rope_three.cu; do
+#     git show eae95a2:crates/gmlx-mlx/src/kernels/$f > /tmp/oldk/$f; done
+import ctypes, re, sys
+sys.path.insert(0, ".")
+import nvrtc_check as n
+lib, inc = n.nvrtc()
+B, F = "__nv_bfloat16", "float"
+NEW = n.KERNELS
+
+
+def ptx(src):
+    prog = ctypes.c_void_p()
+    lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"k.cu", 0, None, None)
+    opts = [b"--gpu-architecture=compute_90", f"-I{inc}".encode(), b"--std=c++17",
+            b"--device-as-default-execution-space"]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    buf = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetPTX(prog, buf)
+    body = [l for l in buf.value.decode().splitlines()
+            if not l.strip().startswith("//") and ".entry" not in l and "_param_" not in l]
+    return rc, re.sub(r"_ZZ[A-Za-z0-9_]*", "SHARED", "\n".join(body))
+
+
+same = True
+for body, _, ins, outs, params, values in [
+    form[:5] + (v,) for form in n.FORMS if form[0].startswith("qmv4_norm") for v in form[5]]:
+    names = params.split()
+    if dict(zip(names, values)).get("SWZ") != 0:
+        continue
+    old_params = " ".join(x for x in names if x != "SWZ")
+    old_values = [v for x, v in zip(names, values) if x != "SWZ"]
+    n.KERNELS = "/tmp/oldk"
+    old = ptx(n.kernel_source(body, "qmv4.cuh", ins, outs, old_params, old_values))
+    n.KERNELS = NEW
+    new = ptx(n.kernel_source(body, "qmv4.cuh", ins, outs, params, values))
+    eq = old == new
+    same &= eq
+    print(f"{body} {dict(zip(names, values))}: rc {old[0]}/{new[0]}, PTX "
+          f"{'identical' if eq else 'DIFFERS'}")
+sys.exit(0 if same else 1)
