@@ -1,7 +1,9 @@
-# One-off check (twelfth session): with SWZ=0 (every launch unless GMLX_CUDA_QMV_SWIZZLE=1) the
-# three normed 4-bit kernels compile to the same PTX as at eae95a2 (the kernels measured on the
-# H100 that session, their GPU tests passed), once the mangled names of shared arrays (which
-# carry the new constant) are normalized. Run from tools/bench/device with the NVRTC venv after
+# One-off check (twelfth session): with SWZ=0 and Q8=0 (every launch unless
+# GMLX_CUDA_QMV_SWIZZLE=1 or GMLX_CUDA_QMV_Q8=1 is set) the three normed 4-bit kernels compile
+# to the same PTX as at eae95a2 (the kernels measured on the H100 that session, their GPU tests
+# passed), once the mangled names of shared arrays (which carry the new constants) and the
+# registers (renamed in order of first use) are normalized. Run from tools/bench/device with the
+# NVRTC venv after
 #   for f in qmv4.cuh qmv4_norm_silu.cu qmv4_norm_three.cu qmv4_norm_rope_three.cu; do
 #     git show eae95a2:crates/gmlx-mlx/src/kernels/$f > /tmp/oldk/$f; done
 import ctypes, re, sys
@@ -24,17 +26,22 @@ def ptx(src):
     lib.nvrtcGetPTX(prog, buf)
     body = [l for l in buf.value.decode().splitlines()
             if not l.strip().startswith("//") and ".entry" not in l and "_param_" not in l]
-    return rc, re.sub(r"_ZZ[A-Za-z0-9_]*", "SHARED", "\n".join(body))
+    text = re.sub(r"_ZZ[A-Za-z0-9_]*", "SHARED", "\n".join(body))
+    # registers renamed in order of first appearance (a consistent renaming compares equal)
+    seen = {}
+    return rc, re.sub(r"%[a-z]+[0-9]+",
+                      lambda m: seen.setdefault(m.group(0), f"%r{len(seen)}"), text)
 
 
 same = True
 for body, _, ins, outs, params, values in [
     form[:5] + (v,) for form in n.FORMS if form[0].startswith("qmv4_norm") for v in form[5]]:
     names = params.split()
-    if dict(zip(names, values)).get("SWZ") != 0:
+    added = {"SWZ", "Q8"}  # constants added since eae95a2: compared where 0
+    if any(dict(zip(names, values)).get(a, 0) != 0 for a in added):
         continue
-    old_params = " ".join(x for x in names if x != "SWZ")
-    old_values = [v for x, v in zip(names, values) if x != "SWZ"]
+    old_params = " ".join(x for x in names if x not in added)
+    old_values = [v for x, v in zip(names, values) if x not in added]
     n.KERNELS = "/tmp/oldk"
     old = ptx(n.kernel_source(body, "qmv4.cuh", ins, outs, old_params, old_values))
     n.KERNELS = NEW

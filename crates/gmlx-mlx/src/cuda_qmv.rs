@@ -506,6 +506,9 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
         (c"B8", derived_biases(&[gate, up])),
     ];
     ints.extend(norm.into_iter().flat_map(|n| norm_constants(which, n)));
+    if norm.is_some() {
+        ints.push((c"Q8", i32::from(q8_activations(x.dtype()))));
+    }
     let outputs = launch(
         which,
         &inputs,
@@ -527,6 +530,24 @@ fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 4] {
         (c"EARLY", i32::from(early_loads())),
         (c"SWZ", i32::from(swizzled_row())),
     ]
+}
+
+/// The environment variable that turns on (`1`) 8-bit activations in the normed gate-up kernel
+/// ([`q8_activations`]).
+pub const Q8_VAR: &str = "GMLX_CUDA_QMV_Q8";
+
+/// Whether the normed gate-up kernel ([`norm_silu_glu`]) quantizes its normed row of `dtype` to
+/// 8 bits per value in groups of 32, as llama.cpp's CUDA products do (q8_1: `d = max|x| / 127`,
+/// `q = round(x / d)`), and multiplies 4 codes at a time with `__dp4a` (`GMLX_CUDA_QMV_Q8=1`,
+/// 16-bit rows only; off by default until measured on a GPU). The exact product spends about
+/// 3 instructions a weight (NVRTC's sm_90 code for the Llama-3-8B gate-up kernel: 2 216
+/// instructions a lane against 1 224 with it, `bench/runs/2026-12-07-nvrtc/`), and Nsight
+/// Compute put that kernel at 55 % of issue slots busy on an H100. The products then differ
+/// from the exact ones by the row's rounding to 8 bits, as llama.cpp's do.
+fn q8_activations(dtype: Dtype) -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    let on = *ENABLED.get_or_init(|| cuda_kernel::opted_in(Q8_VAR));
+    on && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
 }
 
 /// The environment variable that turns on (`1`) the normed kernels' swizzled row

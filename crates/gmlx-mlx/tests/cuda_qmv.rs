@@ -4,7 +4,8 @@
 //! block, and rows that start off a 16-byte boundary; the fused kernels (three matrices in one
 //! launch, the SwiGLU of two, each also with the RMSNorm of its row in the launch; a product
 //! with the residual added) against the same reference, the normed ones of MLX's own
-//! `rms_norm` of the row. Runs where MLX's CUDA backend is
+//! `rms_norm` of the row (with `GMLX_CUDA_QMV_Q8=1`, the normed gate-up kernel's of that row
+//! rounded to 8 bits per value as the kernel rounds it). Runs where MLX's CUDA backend is
 //! loaded (the rented GPU machine); elsewhere it says so and passes, as the kernels are never
 //! taken there. MLX's `qmv` is only compared where it can read the row: in MLX 0.32.2 it faults
 //! ("misaligned address") on a 2-byte element 2 bytes off a 4-byte boundary.
@@ -17,8 +18,8 @@ use gmlx_mlx::{cuda_attention, cuda_qmv, device, fast, Array, Dtype};
 
 /// A random `n x k` MLX affine 4-bit matrix whose scales and biases are in `dtype`: its arrays
 /// and, on the host, its codes and the scales and biases as the kernel reads them. About half
-/// are centered (biases -8 times the scales, as Q4_0 loads), which the kernels may take without
-/// reading the biases (`GMLX_CUDA_QMV_CENTERED=1`).
+/// are centered (biases -8 times the scales, as Q4_0 loads), which the kernels take without
+/// reading the biases (unless `GMLX_CUDA_QMV_CENTERED=0`).
 struct Matrix {
     w: Array,
     s: Array,
@@ -307,7 +308,12 @@ fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
         eps: 1e-6,
     };
     let y = host(&cuda_qmv::norm_silu_glu(&x, norm, g.packed(), u.packed()).expect("kernel"));
-    let normed = host(&fast::rms_norm(&x, Some(&weight), 1e-6).expect("rms_norm"));
+    let mut normed = host(&fast::rms_norm(&x, Some(&weight), 1e-6).expect("rms_norm"));
+    let q8 = std::env::var(cuda_qmv::Q8_VAR).is_ok_and(|v| v.trim() == "1")
+        && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16);
+    if q8 {
+        normed = q8_values(&normed);
+    }
     let reference: Vec<f64> = g
         .reference(&normed)
         .iter()
@@ -320,6 +326,20 @@ fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
         err <= tolerance(dtype),
         "norm silu {n} x {k} {dtype:?}: {err:.2e}"
     );
+}
+
+/// The values the kernel multiplies with `GMLX_CUDA_QMV_Q8=1`: each group of 32 rounded to
+/// 8 bits as llama.cpp's q8_1 rounds them (`d = max|x| / 127`, `q = round(x * (1 / d))` half
+/// away from zero, in float32), then `d * q`.
+fn q8_values(xs: &[f32]) -> Vec<f32> {
+    xs.chunks(32)
+        .flat_map(|group| {
+            let amax = group.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            group.iter().map(move |v| d * (v * id).round())
+        })
+        .collect()
 }
 
 /// `r + W x` in one launch against the reference, and exactly what MLX's add of the

@@ -63,9 +63,12 @@ FORMS = [
     ("qmv4_norm_silu.cu", "qmv4.cuh",
      [("nw", "W")] + [("wg", "uint32_t"), ("sg", "S"), ("bg", "S"),
                       ("wu", "uint32_t"), ("su", "S"), ("bu", "S"), ("x", "T")],
-     ["y"], "T S W K N ROWS EPS BLOCK EARLY B8 SWZ",
-     [[B, B, B, k, n, 1, "EPS", 256, e, b8, sw] for k, n in ((4096, 14336), (576, 1536))
-      for e in (0, 1) for b8 in (0, 1) for sw in (0, 1)]),
+     ["y"], "T S W K N ROWS EPS BLOCK EARLY B8 SWZ Q8",
+     [[B, B, B, k, n, 1, "EPS", 256, e, b8, sw, 0] for k, n in ((4096, 14336), (576, 1536))
+      for e in (0, 1) for b8 in (0, 1) for sw in (0, 1)]
+     + [[B, B, B, k, n, 1, "EPS", 256, 1, b8, 0, 1] for k, n in ((4096, 14336), (576, 1536))
+        for b8 in (0, 1)]
+     + [[F, F, F, 4096, 14336, 1, "EPS", 256, 1, 0, 0, 1]]),
     ("qmv4_add.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")],
      ["y"], "T S K N ROWS SPLIT B8",

@@ -384,22 +384,15 @@ __device__ __forceinline__ void gmlx_qmv4_three(
   }
 }
 
-// xn = RMSNorm(x) with weight nw, computed by the whole thread block of BLOCK threads (every
-// thread must reach it), as MLX's `rms_norm` rounds: T(nw * T(x * rsqrt(mean(x^2) + eps))). Each
-// block norms the row for itself (a decode step's row is a few kilobytes, read from the L2
-// cache, where a separate norm would be one more operation for the host to build and submit),
-// so the row is read once, 16 bytes per load, all of a thread's loads issued before any is
-// used, and kept in registers between the sum and the scaling. SWZ 1: xn is written in the
-// swizzled layout (gmlx_xn_chunk), and the norm weight is read 16 bytes per load where it is
-// aligned (else by value, 2-byte loads that waste half of each sector fetched).
-template <int K, int BLOCK, int SWZ = 0, typename T, typename W>
-__device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, float eps, T* xn) {
-  constexpr int PER = 16 / sizeof(T);
+// The row's values for gmlx_rms_norm_block: thread t loads chunks t, t + BLOCK, ... (PER values
+// of 16 bytes each) into v, and the block's 1 / sqrt(mean(x^2) + eps) is returned (every thread
+// of the block must reach it). The row is read once, 16 bytes per load where it is aligned, all
+// of a thread's loads issued before any is used.
+template <int K, int BLOCK, int PER, int MINE, typename T>
+__device__ __forceinline__ float gmlx_rms_inv_block(const T* x, float eps, float (&v)[MINE][PER]) {
   constexpr int CHUNKS = K / PER;
-  constexpr int MINE = (CHUNKS + BLOCK - 1) / BLOCK;
   __shared__ float partial[BLOCK / 32];
   const bool aligned = (reinterpret_cast<size_t>(x) & 15) == 0;
-  float v[MINE][PER];
 #pragma unroll
   for (int m = 0; m < MINE; ++m) {
     const int c = threadIdx.x + m * BLOCK;
@@ -442,31 +435,56 @@ __device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, flo
   for (int i = 0; i < BLOCK / 32; ++i) {
     total += partial[i];
   }
-  const float inv = rsqrtf(total / K + eps);
+  return rsqrtf(total / K + eps);
+}
+
+// Chunk c's normed values out[i] = T(nw * T(v[i] * inv)), as MLX's `rms_norm` rounds them. SWZ
+// 1: the norm weight is read 16 bytes per load where it is aligned (else by value, 2-byte loads
+// that waste half of each sector fetched).
+template <int PER, int SWZ, typename T, typename W>
+__device__ __forceinline__ void gmlx_rms_normed_chunk(
+    const float (&v)[PER], float inv, const W* nw, int c, T (&out)[PER]) {
   // a chunk's norm weights as 16-byte loads: PER of them are WQ such loads (none where they
   // are not a whole number of them)
   constexpr int WQ = (PER * sizeof(W)) % 16 == 0 ? PER * sizeof(W) / 16 : 0;
   const bool nw_vector = SWZ && WQ > 0 && (reinterpret_cast<size_t>(nw) & 15) == 0;
+  uint4 weights[WQ > 0 ? WQ : 1];
+  if (nw_vector) {
+#pragma unroll
+    for (int q = 0; q < WQ; ++q) {
+      weights[q] = __ldg(reinterpret_cast<const uint4*>(nw + c * PER) + q);
+    }
+  }
+  const W* wv = reinterpret_cast<const W*>(weights);
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const T scaled = static_cast<T>(v[i] * inv);
+    const W weight = nw_vector ? wv[i] : nw[c * PER + i];
+    out[i] = static_cast<T>(static_cast<float>(weight) * static_cast<float>(scaled));
+  }
+}
+
+// xn = RMSNorm(x) with weight nw, computed by the whole thread block of BLOCK threads (every
+// thread must reach it), as MLX's `rms_norm` rounds: T(nw * T(x * rsqrt(mean(x^2) + eps))). Each
+// block norms the row for itself (a decode step's row is a few kilobytes, read from the L2
+// cache, where a separate norm would be one more operation for the host to build and submit),
+// so the row is read once and kept in registers between the sum and the scaling
+// (gmlx_rms_inv_block). SWZ 1: xn is written in the swizzled layout (gmlx_xn_chunk) and the
+// norm weight read 16 bytes per load (gmlx_rms_normed_chunk).
+template <int K, int BLOCK, int SWZ = 0, typename T, typename W>
+__device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, float eps, T* xn) {
+  constexpr int PER = 16 / sizeof(T);
+  constexpr int CHUNKS = K / PER;
+  constexpr int MINE = (CHUNKS + BLOCK - 1) / BLOCK;
+  float v[MINE][PER];
+  const float inv = gmlx_rms_inv_block<K, BLOCK>(x, eps, v);
 #pragma unroll
   for (int m = 0; m < MINE; ++m) {
     const int c = threadIdx.x + m * BLOCK;
     if (c < CHUNKS) {
-      uint4 weights[WQ > 0 ? WQ : 1];
-      if (nw_vector) {
-#pragma unroll
-        for (int q = 0; q < WQ; ++q) {
-          weights[q] = __ldg(reinterpret_cast<const uint4*>(nw + c * PER) + q);
-        }
-      }
-      const W* wv = reinterpret_cast<const W*>(weights);
       uint4 packed;
-      T* out = reinterpret_cast<T*>(&packed);
-#pragma unroll
-      for (int i = 0; i < PER; ++i) {
-        const T scaled = static_cast<T>(v[m][i] * inv);
-        const W weight = nw_vector ? wv[i] : nw[c * PER + i];
-        out[i] = static_cast<T>(static_cast<float>(weight) * static_cast<float>(scaled));
-      }
+      T(&out)[PER] = *reinterpret_cast<T(*)[PER]>(&packed);
+      gmlx_rms_normed_chunk<PER, SWZ>(v[m], inv, nw, c, out);
       constexpr int CH = 32 / PER;
       reinterpret_cast<uint4*>(xn)[SWZ ? gmlx_xn_chunk<T>(c / CH, c % CH) : c] = packed;
     }
@@ -549,3 +567,198 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
   gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, &first);
   gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
 }
+
+// 8-bit activations (GMLX_CUDA_QMV_Q8): a block's normed 16-bit row quantized per group of 32
+// values as llama.cpp's q8_1 does for its CUDA matrix-vector products (d = max|x| / 127, q =
+// round(x / d) half away from zero), with d * sum(q) per group for the biases, so that each
+// product of 4 weights and 4 values is one __dp4a instead of 12 instructions. A group's codes are
+// 4 chunks of 8 values, each held as (E, O): the values at even and at odd positions, 4 signed
+// bytes each, matching a 4-bit word's low and high nibbles (gmlx_qmv4_dot); chunks 0-1 and 2-3
+// are the group's two 16-byte halves, swapped in every other run of 4 groups so that a
+// quarter-warp's lanes (groups g .. g + 7) read 8 distinct bank slots.
+struct GmlxQ8Row {
+  const int4* codes;
+  const float* d;
+  const float* dsum;
+};
+
+// The 16-byte half h of group g in GmlxQ8Row::codes.
+__device__ __forceinline__ int gmlx_q8_half(int g, int h) {
+  return 2 * g + (h ^ ((g >> 2) & 1));
+}
+
+// RMSNorm(x) with weight nw as gmlx_rms_norm_block rounds it (every thread of the block must
+// reach it), quantized into the block's GmlxQ8Row. T is 16 bits (8 values a chunk); a group's
+// 4 chunks are 4 consecutive threads.
+template <int K, int BLOCK, typename T, typename W>
+__device__ __forceinline__ GmlxQ8Row gmlx_rms_norm_q8_block(const T* x, const W* nw, float eps) {
+  constexpr int PER = 8;
+  constexpr int CHUNKS = K / PER;
+  constexpr int MINE = (CHUNKS + BLOCK - 1) / BLOCK;
+  __shared__ __align__(16) int2 codes[K / 8];
+  __shared__ float d[K / 32];
+  __shared__ float dsum[K / 32];
+  float v[MINE][PER];
+  const float inv = gmlx_rms_inv_block<K, BLOCK>(x, eps, v);
+#pragma unroll
+  for (int m = 0; m < MINE; ++m) {
+    const int c = threadIdx.x + m * BLOCK;
+    float f[PER];
+    float amax = 0.0f;
+    if (c < CHUNKS) {
+      T out[PER];
+      gmlx_rms_normed_chunk<PER, 1>(v[m], inv, nw, c, out);
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        f[i] = static_cast<float>(out[i]);
+        amax = fmaxf(amax, fabsf(f[i]));
+      }
+    }
+    // whole groups (K is a multiple of 32) on 4 consecutive threads: every lane shuffles
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float dg = amax / 127.0f;
+    const float id = dg != 0.0f ? 1.0f / dg : 0.0f;
+    int sum = 0;
+    uint32_t even = 0;
+    uint32_t odd = 0;
+    if (c < CHUNKS) {
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const int q = static_cast<int>(roundf(f[i] * id));
+        sum += q;
+        const uint32_t byte = static_cast<uint32_t>(q) & 0xFFu;
+        if (i % 2 == 0) {
+          even |= byte << (8 * (i / 2));
+        } else {
+          odd |= byte << (8 * (i / 2));
+        }
+      }
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (c < CHUNKS) {
+      const int g = c / 4;
+      const int j = c % 4;
+      codes[2 * gmlx_q8_half(g, j / 2) + j % 2] =
+          make_int2(static_cast<int>(even), static_cast<int>(odd));
+      if (j == 0) {
+        d[g] = dg;
+        dsum[g] = dg * static_cast<float>(sum);
+      }
+    }
+  }
+  __syncthreads();
+  return GmlxQ8Row{reinterpret_cast<const int4*>(codes), d, dsum};
+}
+
+// gmlx_qmv4_dot against a GmlxQ8Row: per group and row, scale * d * sum(w_q x_q) + bias * d *
+// sum(x_q), the integer sum by __dp4a (4-bit codes 0..15 as signed bytes).
+template <int K, int R, typename S, int B8 = 0>
+__device__ __forceinline__ void gmlx_qmv4_dot_q8(
+    const uint32_t* const* w,
+    const S* const* s,
+    const S* const* b,
+    GmlxQ8Row x,
+    float* acc,
+    const GmlxQmv4Loads<K, R, S, B8>* first) {
+  constexpr int GROUPS = K / 32;
+  constexpr int INFLIGHT = GMLX_QMV4_INFLIGHT;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    acc[r] = 0.0f;
+  }
+  for (int g0 = lane; g0 < GROUPS; g0 += 32 * INFLIGHT) {
+    GmlxQmv4Loads<K, R, S, B8> l;
+    if (first != nullptr && g0 == lane) {
+      l = *first;
+    } else {
+      l.load(w, s, b, g0);
+    }
+#pragma unroll
+    for (int u = 0; u < INFLIGHT; ++u) {
+      const int g = g0 + 32 * u;
+      if (g >= GROUPS) {
+        break;
+      }
+      const int4 first_half = x.codes[gmlx_q8_half(g, 0)];
+      const int4 second_half = x.codes[gmlx_q8_half(g, 1)];
+      const int even[4] = {first_half.x, first_half.z, second_half.x, second_half.z};
+      const int odd[4] = {first_half.y, first_half.w, second_half.y, second_half.w};
+      const float d = x.d[g];
+      const float dsum = x.dsum[g];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint4 code = l.codes[u][r];
+        const uint32_t words[4] = {code.x, code.y, code.z, code.w};
+        int dot = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          dot = __dp4a(static_cast<int>(words[j] & 0x0F0F0F0Fu), even[j], dot);
+          dot = __dp4a(static_cast<int>((words[j] >> 4) & 0x0F0F0F0Fu), odd[j], dot);
+        }
+        acc[r] = fmaf(l.scale[u][r] * d, static_cast<float>(dot), fmaf(l.bias[u][r], dsum, acc[r]));
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    }
+  }
+}
+
+// gmlx_qmv4_norm_silu_early with the row in 8-bit activations (gmlx_rms_norm_q8_block).
+template <int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8 = 0>
+__device__ __forceinline__ void gmlx_qmv4_norm_silu_q8(
+    const W* nw, float eps, const T* x,
+    const uint32_t* wg, const S* sg, const S* bg,
+    const uint32_t* wu, const S* su, const S* bu,
+    T* y) {
+  const int row0 = gmlx_warp_index() * ROWS;
+  const uint32_t* wr[2 * ROWS];
+  const S* sr[2 * ROWS];
+  const S* br[2 * ROWS];
+  gmlx_qmv4_point<K, ROWS, S>(wg, sg, bg, N, row0, 0, wr, sr, br);
+  gmlx_qmv4_point<K, ROWS, S>(wu, su, bu, N, row0, ROWS, wr, sr, br);
+  const bool mine = row0 < N;
+  GmlxQmv4Loads<K, 2 * ROWS, S, B8> first;
+  if (mine) {
+    first.load(wr, sr, br, threadIdx.x & 31);
+  }
+  const GmlxQ8Row row = gmlx_rms_norm_q8_block<K, BLOCK>(x, nw, eps);
+  if (!mine) {
+    return;
+  }
+  float acc[2 * ROWS];
+  gmlx_qmv4_dot_q8<K, 2 * ROWS, S, B8>(wr, sr, br, row, acc, &first);
+  gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
+}
+
+// Instantiates gmlx_qmv4_norm_silu_q8 only where ON (16-bit rows with Q8): a float row's kernel
+// names it without making it.
+template <bool ON>
+struct GmlxNormSiluQ8 {
+  template <int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8>
+  __device__ __forceinline__ static void run(
+      const W*, float, const T*,
+      const uint32_t*, const S*, const S*,
+      const uint32_t*, const S*, const S*,
+      T*) {}
+};
+
+template <>
+struct GmlxNormSiluQ8<true> {
+  template <int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8>
+  __device__ __forceinline__ static void run(
+      const W* nw, float eps, const T* x,
+      const uint32_t* wg, const S* sg, const S* bg,
+      const uint32_t* wu, const S* su, const S* bu,
+      T* y) {
+    gmlx_qmv4_norm_silu_q8<K, N, ROWS, BLOCK, S, T, W, B8>(
+        nw, eps, x, wg, sg, bg, wu, su, bu, y);
+  }
+};

@@ -1,9 +1,13 @@
 // y = silu(G n) * (U n) for n = RMSNorm(x) with weight nw, in one launch (a block's feed-forward
 // norm, gate and up projections and SwiGLU; see qmv4.cuh). MLX generates the signature (nw, wg,
-// sg, bg, wu, su, bu, x, y) and the constants T, S, W, K, N, ROWS, EPS, BLOCK, EARLY, B8 and SWZ
-// (as qmv4_norm_three.cu).
-__shared__ __align__(16) T xn[K];
-if (EARLY) {
+// sg, bg, wu, su, bu, x, y) and the constants T, S, W, K, N, ROWS, EPS, BLOCK, EARLY, B8, SWZ
+// (as qmv4_norm_three.cu) and Q8 (1: the normed row in 8-bit activations, 16-bit T only; see
+// gmlx_rms_norm_q8_block).
+__shared__ __align__(16) T xn[Q8 ? 1 : K];
+if (Q8) {
+  GmlxNormSiluQ8<Q8 && sizeof(T) == 2>::template run<K, N, ROWS, BLOCK, S, T, W, B8>(
+      nw, __int_as_float(EPS), x, wg, sg, bg, wu, su, bu, y);
+} else if (EARLY) {
   gmlx_qmv4_norm_silu_early<K, N, ROWS, BLOCK, S, T, W, B8, SWZ>(
       nw, __int_as_float(EPS), x, xn, wg, sg, bg, wu, su, bu, y);
 } else {
