@@ -537,11 +537,12 @@ fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 4] {
 pub const Q8_VAR: &str = "GMLX_CUDA_QMV_Q8";
 
 /// Whether the normed gate-up kernel ([`norm_silu_glu`]) quantizes its normed row of `dtype` to
-/// 8 bits per value in groups of 32, as llama.cpp's CUDA products do (q8_1: `d = max|x| / 127`,
-/// `q = round(x / d)`), and multiplies 4 codes at a time with `__dp4a` (`GMLX_CUDA_QMV_Q8=1`,
-/// 16-bit rows only; off by default until measured on a GPU). The exact product spends about
+/// 8 bits per value in groups of 32, as llama.cpp's CUDA products round theirs (q8_1: `d =
+/// max|x| / 127`, `q = round(x / d)`; `d` kept in float32 here), and multiplies 4 codes at a
+/// time with `__dp4a` (`GMLX_CUDA_QMV_Q8=1`, 16-bit rows only; off by default until measured
+/// on a GPU). The exact product spends about
 /// 3 instructions a weight (NVRTC's sm_90 code for the Llama-3-8B gate-up kernel: 2 216
-/// instructions a lane against 1 224 with it, `bench/runs/2026-12-07-nvrtc/`), and Nsight
+/// instructions a lane against 1 392 with it, `bench/runs/2026-12-07-nvrtc/`), and Nsight
 /// Compute put that kernel at 55 % of issue slots busy on an H100. The products then differ
 /// from the exact ones by the row's rounding to 8 bits, as llama.cpp's do.
 fn q8_activations(dtype: Dtype) -> bool {

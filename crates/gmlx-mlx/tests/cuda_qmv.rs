@@ -329,15 +329,20 @@ fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
 }
 
 /// The values the kernel multiplies with `GMLX_CUDA_QMV_Q8=1`: each group of 32 rounded to
-/// 8 bits as llama.cpp's q8_1 rounds them (`d = max|x| / 127`, `q = round(x * (1 / d))` half
-/// away from zero, in float32), then `d * q`.
+/// 8 bits as llama.cpp's q8_1 rounds them (`d = max|x| / 127`, `q = round(x / d)` half away
+/// from zero, in float32; 0 for a group of zeros), then `d * q`.
 fn q8_values(xs: &[f32]) -> Vec<f32> {
     xs.chunks(32)
         .flat_map(|group| {
             let amax = group.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            group.iter().map(move |v| d * (v * id).round())
+            group.iter().map(move |v| {
+                if amax != 0.0 {
+                    d * (v / d).round()
+                } else {
+                    0.0
+                }
+            })
         })
         .collect()
 }
@@ -398,6 +403,8 @@ fn the_cuda_4bit_product_matches_the_reference_dequantization() {
         check_norm_three([512, 129, 131], 4096, dtype, &mut rng);
         check_norm_three([96, 32, 32], 576, dtype, &mut rng);
         check_norm_silu(301, 4096, dtype, &mut rng);
+        check_norm_silu(96, 576, dtype, &mut rng);
+        check_norm_silu(4, 32, dtype, &mut rng);
         check_norm_rope_three([32, 8], 128, 128, 4096, dtype, &mut rng);
         check_norm_rope_three([9, 3], 64, 32, 576, dtype, &mut rng);
     }

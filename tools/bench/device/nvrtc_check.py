@@ -68,7 +68,7 @@ FORMS = [
       for e in (0, 1) for b8 in (0, 1) for sw in (0, 1)]
      + [[B, B, B, k, n, 1, "EPS", 256, 1, b8, 0, 1] for k, n in ((4096, 14336), (576, 1536))
         for b8 in (0, 1)]
-     + [[F, F, F, 4096, 14336, 1, "EPS", 256, 1, 0, 0, 1]]),
+     + [[F, F, F, 4096, 14336, 1, "EPS", 256, 1, 0, 0, 0]]),
     ("qmv4_add.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")],
      ["y"], "T S K N ROWS SPLIT B8",

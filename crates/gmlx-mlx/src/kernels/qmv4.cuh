@@ -569,8 +569,9 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
 }
 
 // 8-bit activations (GMLX_CUDA_QMV_Q8): a block's normed 16-bit row quantized per group of 32
-// values as llama.cpp's q8_1 does for its CUDA matrix-vector products (d = max|x| / 127, q =
-// round(x / d) half away from zero), with d * sum(q) per group for the biases, so that each
+// values as llama.cpp's q8_1 rounds them for its CUDA matrix-vector products (d = max|x| / 127,
+// q = round(x / d) half away from zero; here d stays float32 and the biases take d * sum(q),
+// the rounded row's sum, where llama.cpp keeps d in half precision and sums x), so that each
 // product of 4 weights and 4 values is one __dp4a instead of 12 instructions. A group's codes are
 // 4 chunks of 8 values, each held as (E, O): the values at even and at odd positions, 4 signed
 // bytes each, matching a 4-bit word's low and high nibbles (gmlx_qmv4_dot); chunks 0-1 and 2-3
@@ -618,14 +619,14 @@ __device__ __forceinline__ GmlxQ8Row gmlx_rms_norm_q8_block(const T* x, const W*
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
     const float dg = amax / 127.0f;
-    const float id = dg != 0.0f ? 1.0f / dg : 0.0f;
     int sum = 0;
     uint32_t even = 0;
     uint32_t odd = 0;
     if (c < CHUNKS) {
 #pragma unroll
       for (int i = 0; i < PER; ++i) {
-        const int q = static_cast<int>(roundf(f[i] * id));
+        // x / d rather than x * (1 / d): a subnormal d has no finite inverse
+        const int q = amax != 0.0f ? static_cast<int>(roundf(f[i] / dg)) : 0;
         sum += q;
         const uint32_t byte = static_cast<uint32_t>(q) & 0xFFu;
         if (i % 2 == 0) {

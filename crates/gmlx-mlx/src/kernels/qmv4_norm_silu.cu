@@ -3,6 +3,7 @@
 // sg, bg, wu, su, bu, x, y) and the constants T, S, W, K, N, ROWS, EPS, BLOCK, EARLY, B8, SWZ
 // (as qmv4_norm_three.cu) and Q8 (1: the normed row in 8-bit activations, 16-bit T only; see
 // gmlx_rms_norm_q8_block).
+static_assert(!Q8 || sizeof(T) == 2, "8-bit activations are made from a 16-bit row");
 __shared__ __align__(16) T xn[Q8 ? 1 : K];
 if (Q8) {
   GmlxNormSiluQ8<Q8 && sizeof(T) == 2>::template run<K, N, ROWS, BLOCK, S, T, W, B8>(
