@@ -1,10 +1,11 @@
 # One-off check (twelfth session): with SWZ=0 and Q8=0 (every launch unless
-# GMLX_CUDA_QMV_SWIZZLE=1 or GMLX_CUDA_QMV_Q8=1 is set) the three normed 4-bit kernels compile
-# to the same PTX as at eae95a2 (the kernels measured on the H100 that session, their GPU tests
-# passed), once the mangled names of shared arrays (which carry the new constants) and the
-# registers (renamed in order of first use) are normalized. Run from tools/bench/device with the
-# NVRTC venv after
-#   for f in qmv4.cuh qmv4_norm_silu.cu qmv4_norm_three.cu qmv4_norm_rope_three.cu; do
+# GMLX_CUDA_QMV_SWIZZLE=1 or GMLX_CUDA_QMV_Q8=1 is set) the normed and the one-matrix 4-bit
+# kernels compile to the same PTX as at eae95a2 (the kernels measured on the H100 that session,
+# their GPU tests passed), once the mangled names of shared arrays (which carry the new
+# constants) and the registers (renamed in order of first use) are normalized. Run from
+# tools/bench/device with the NVRTC venv after
+#   for f in qmv4.cuh qmv4.cu qmv4_add.cu qmv4_norm_silu.cu qmv4_norm_three.cu \
+#       qmv4_norm_rope_three.cu; do
 #     git show eae95a2:crates/gmlx-mlx/src/kernels/$f > /tmp/oldk/$f; done
 import ctypes, re, sys
 sys.path.insert(0, ".")
@@ -35,10 +36,12 @@ def ptx(src):
 
 same = True
 for body, _, ins, outs, params, values in [
-    form[:5] + (v,) for form in n.FORMS if form[0].startswith("qmv4_norm") for v in form[5]]:
+    form[:5] + (v,) for form in n.FORMS if form[0].startswith("qmv4") for v in form[5]]:
     names = params.split()
-    added = {"SWZ", "Q8"}  # constants added since eae95a2: compared where 0
-    if any(dict(zip(names, values)).get(a, 0) != 0 for a in added):
+    # constants added since eae95a2, compared where SWZ and Q8 are 0 (a one-matrix kernel's
+    # BLOCK is new too; the normed kernels had theirs)
+    added = {"SWZ", "Q8"} | ({"BLOCK"} if body in ("qmv4.cu", "qmv4_add.cu") else set())
+    if any(dict(zip(names, values)).get(a, 0) != 0 for a in ("SWZ", "Q8")):
         continue
     old_params = " ".join(x for x in names if x not in added)
     old_values = [v for x, v in zip(names, values) if x not in added]

@@ -352,7 +352,9 @@ fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Arra
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
     let rows = rows_per_warp();
-    let split = split_for(k);
+    // 8-bit activations take a warp per row: the block rounds the row once for its warps
+    let q8 = q8_activations(x.dtype());
+    let split = if q8 { 1 } else { split_for(k) };
     let which = match residual {
         Some(_) => Kernel::Add,
         None => Kernel::One,
@@ -372,6 +374,8 @@ fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Arra
             (c"ROWS", rows),
             (c"SPLIT", split),
             (c"B8", derived_biases(&[p])),
+            (c"Q8", i32::from(q8)),
+            (c"BLOCK", 32 * which.warps_per_block()),
         ],
         split_grid(which, n, rows, split),
     )?;
@@ -451,7 +455,10 @@ fn three(
         (c"ROWS", rows),
         (c"B8", derived_biases(&p)),
     ];
-    ints.extend(norm.into_iter().flat_map(|n| norm_constants(which, n)));
+    ints.extend(
+        norm.into_iter()
+            .flat_map(|n| norm_constants(which, n, x.dtype())),
+    );
     if let Some(r) = rope {
         ints.extend([
             (c"D", r.head_dim),
@@ -505,10 +512,10 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
         (c"ROWS", rows),
         (c"B8", derived_biases(&[gate, up])),
     ];
-    ints.extend(norm.into_iter().flat_map(|n| norm_constants(which, n)));
-    if norm.is_some() {
-        ints.push((c"Q8", i32::from(q8_activations(x.dtype()))));
-    }
+    ints.extend(
+        norm.into_iter()
+            .flat_map(|n| norm_constants(which, n, x.dtype())),
+    );
     let outputs = launch(
         which,
         &inputs,
@@ -520,31 +527,33 @@ fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> 
     cuda_kernel::single(Kernel::One.spec(), outputs)
 }
 
-/// A normed kernel's constants: `EPS` (the epsilon's float bits), `BLOCK` (threads per
-/// block, over which the kernel norms its row), `EARLY` ([`early_loads`]) and `SWZ`
-/// ([`swizzled_row`]).
-fn norm_constants(which: Kernel, norm: Norm<'_>) -> [(&'static CStr, i32); 4] {
+/// A normed kernel's constants for a row of `dtype`: `EPS` (the epsilon's float bits), `BLOCK`
+/// (threads per block, over which the kernel norms its row), `EARLY` ([`early_loads`]), `SWZ`
+/// ([`swizzled_row`]) and `Q8` ([`q8_activations`]).
+fn norm_constants(which: Kernel, norm: Norm<'_>, dtype: Dtype) -> [(&'static CStr, i32); 5] {
     [
         (c"EPS", norm.eps.to_bits() as i32),
         (c"BLOCK", 32 * which.warps_per_block()),
         (c"EARLY", i32::from(early_loads())),
         (c"SWZ", i32::from(swizzled_row())),
+        (c"Q8", i32::from(q8_activations(dtype))),
     ]
 }
 
-/// The environment variable that turns on (`1`) 8-bit activations in the normed gate-up kernel
-/// ([`q8_activations`]).
+/// The environment variable that turns on (`1`) 8-bit activations in the normed and the
+/// one-matrix kernels ([`q8_activations`]).
 pub const Q8_VAR: &str = "GMLX_CUDA_QMV_Q8";
 
-/// Whether the normed gate-up kernel ([`norm_silu_glu`]) quantizes its normed row of `dtype` to
-/// 8 bits per value in groups of 32, as llama.cpp's CUDA products round theirs (q8_1: `d =
-/// max|x| / 127`, `q = round(x / d)`; `d` kept in float32 here), and multiplies 4 codes at a
-/// time with `__dp4a` (`GMLX_CUDA_QMV_Q8=1`, 16-bit rows only; off by default until measured
-/// on a GPU). The exact product spends about
-/// 3 instructions a weight (NVRTC's sm_90 code for the Llama-3-8B gate-up kernel: 2 216
-/// instructions a lane against 1 392 with it, `bench/runs/2026-12-07-nvrtc/`), and Nsight
-/// Compute put that kernel at 55 % of issue slots busy on an H100. The products then differ
-/// from the exact ones by the row's rounding to 8 bits, as llama.cpp's do.
+/// Whether the normed kernels ([`norm_silu_glu`], [`norm_matmul_three`],
+/// [`norm_rope_matmul_three`]) and the one-matrix ones ([`matmul`], [`matmul_add`], a warp per
+/// row: each block rounds the row itself) quantize their (normed) row of `dtype` to 8 bits per
+/// value in groups of 32, as llama.cpp's CUDA products round theirs (q8_1: `d = max|x| / 127`, `q =
+/// round(x / d)`; `d` kept in float32 here), and multiply 4 codes at a time with `__dp4a`
+/// (`GMLX_CUDA_QMV_Q8=1`, 16-bit rows only; off by default until measured on a GPU). The exact
+/// product spends about 3 instructions a weight (NVRTC's sm_90 code for the Llama-3-8B gate-up
+/// kernel: 2 216 instructions a lane against 1 392 with it, `bench/runs/2026-12-07-nvrtc/`),
+/// and Nsight Compute put that kernel at 55 % of issue slots busy on an H100. The products then
+/// differ from the exact ones by the row's rounding to 8 bits, as llama.cpp's do.
 fn q8_activations(dtype: Dtype) -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
     let on = *ENABLED.get_or_init(|| cuda_kernel::opted_in(Q8_VAR));

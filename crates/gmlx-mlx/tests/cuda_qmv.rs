@@ -4,8 +4,8 @@
 //! block, and rows that start off a 16-byte boundary; the fused kernels (three matrices in one
 //! launch, the SwiGLU of two, each also with the RMSNorm of its row in the launch; a product
 //! with the residual added) against the same reference, the normed ones of MLX's own
-//! `rms_norm` of the row (with `GMLX_CUDA_QMV_Q8=1`, the normed gate-up kernel's of that row
-//! rounded to 8 bits per value as the kernel rounds it). Runs where MLX's CUDA backend is
+//! `rms_norm` of the row (with `GMLX_CUDA_QMV_Q8=1`, the normed and the one-matrix kernels
+//! against the row rounded to 8 bits per value as they round it). Runs where MLX's CUDA backend is
 //! loaded (the rented GPU machine); elsewhere it says so and passes, as the kernels are never
 //! taken there. MLX's `qmv` is only compared where it can read the row: in MLX 0.32.2 it faults
 //! ("misaligned address") on a 2-byte element 2 bytes off a 4-byte boundary.
@@ -117,7 +117,7 @@ fn check(n: i32, k: i32, dtype: Dtype, offset: i32, rng: &mut Lcg) {
     let ours = host(&cuda_qmv::matmul(&x, p).expect("kernel"));
     let element_bytes = if dtype == Dtype::Float32 { 4 } else { 2 };
     let mlx_reads_it = (offset * element_bytes) % 4 == 0;
-    let reference = m.reference(&host(&x));
+    let reference = m.reference(&multiplied(host(&x), dtype));
     let ours_err = worst(&ours, &reference);
     let mlx_err = if mlx_reads_it {
         worst(
@@ -208,7 +208,10 @@ fn check_norm_three(ns: [i32; 3], k: i32, dtype: Dtype, rng: &mut Lcg) {
     let ys =
         cuda_qmv::norm_matmul_three(&x, norm, [ms[0].packed(), ms[1].packed(), ms[2].packed()])
             .expect("kernel");
-    let normed = host(&fast::rms_norm(&x, Some(&weight), 1e-5).expect("rms_norm"));
+    let normed = multiplied(
+        host(&fast::rms_norm(&x, Some(&weight), 1e-5).expect("rms_norm")),
+        dtype,
+    );
     for (i, (m, y)) in ms.iter().zip(&ys).enumerate() {
         assert_eq!(y.shape(), &[1, m.n], "output {i}'s shape");
         let err = worst(&host(y), &m.reference(&normed));
@@ -268,7 +271,10 @@ fn check_norm_rope_three(
         "rotation not taken"
     );
     let ys = cuda_qmv::norm_rope_matmul_three(&x, norm, rope, packed).expect("kernel");
-    let normed = host(&fast::rms_norm(&x, Some(&weight), 1e-5).expect("rms_norm"));
+    let normed = multiplied(
+        host(&fast::rms_norm(&x, Some(&weight), 1e-5).expect("rms_norm")),
+        dtype,
+    );
     for (i, (m, y)) in ms.iter().zip(&ys).enumerate() {
         assert_eq!(
             y.shape(),
@@ -308,12 +314,10 @@ fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
         eps: 1e-6,
     };
     let y = host(&cuda_qmv::norm_silu_glu(&x, norm, g.packed(), u.packed()).expect("kernel"));
-    let mut normed = host(&fast::rms_norm(&x, Some(&weight), 1e-6).expect("rms_norm"));
-    let q8 = std::env::var(cuda_qmv::Q8_VAR).is_ok_and(|v| v.trim() == "1")
-        && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16);
-    if q8 {
-        normed = q8_values(&normed);
-    }
+    let normed = multiplied(
+        host(&fast::rms_norm(&x, Some(&weight), 1e-6).expect("rms_norm")),
+        dtype,
+    );
     let reference: Vec<f64> = g
         .reference(&normed)
         .iter()
@@ -326,6 +330,17 @@ fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
         err <= tolerance(dtype),
         "norm silu {n} x {k} {dtype:?}: {err:.2e}"
     );
+}
+
+/// The values of a row that the normed and the one-matrix kernels multiply: the row, or with
+/// `GMLX_CUDA_QMV_Q8=1` and a 16-bit row its 8-bit rounding ([`q8_values`]).
+fn multiplied(normed: Vec<f32>, dtype: Dtype) -> Vec<f32> {
+    let q8 = std::env::var(cuda_qmv::Q8_VAR).is_ok_and(|v| v.trim() == "1")
+        && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16);
+    match q8 {
+        true => q8_values(&normed),
+        false => normed,
+    }
 }
 
 /// The values the kernel multiplies with `GMLX_CUDA_QMV_Q8=1`: each group of 32 rounded to
@@ -356,7 +371,7 @@ fn check_add(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
     let y = cuda_qmv::matmul_add(&x, m.packed(), &r).expect("kernel");
     let rs = host(&r);
     let reference: Vec<f64> = m
-        .reference(&host(&x))
+        .reference(&multiplied(host(&x), dtype))
         .iter()
         .zip(&rs)
         .map(|(p, r)| p + *r as f64)

@@ -46,20 +46,24 @@ FORMS = [
      [("nw", "W")] + side("0") + side("1") + side("2")
      + [("x", "T"), ("inv_freq", "float"), ("pos", "int32_t")],
      ["y0", "y1", "y2"],
-     "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8 SWZ D RD PSCALE",
-     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, b8, sw, 128, 128, "PSCALE"]
+     "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8 SWZ Q8 D RD PSCALE",
+     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, b8, sw, 0, 128, 128, "PSCALE"]
       for e in (0, 1) for b8 in (0, 1) for sw in (0, 1)]
-     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 128, e, 0, 0, 128, 128, "PSCALE"]
+     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 128, e, 0, 0, 0, 128, 128, "PSCALE"]
         for e in (0, 1)]
-     + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, e, 0, sw, 64, 64, "PSCALE"]
-        for e in (0, 1) for sw in (0, 1)]),
+     + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, e, 0, sw, 0, 64, 64, "PSCALE"]
+        for e in (0, 1) for sw in (0, 1)]
+     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, b8, 0, 1, 128, 128, "PSCALE"]
+        for b8 in (0, 1)]
+     + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, 1, 0, 0, 1, 64, 64, "PSCALE"]]),
     ("qmv4_norm_three.cu", "qmv4.cuh",
      [("nw", "W")] + side("0") + side("1") + side("2") + [("x", "T")],
-     ["y0", "y1", "y2"], "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8 SWZ",
-     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, 0, sw] for e in (0, 1)
+     ["y0", "y1", "y2"], "T S W K N0 N1 N2 ROWS EPS BLOCK EARLY B8 SWZ Q8",
+     [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, 0, sw, 0] for e in (0, 1)
       for sw in (0, 1)]
-     + [[F, F, F, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, 0, sw] for sw in (0, 1)]
-     + [[B, B, F, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, 0, 1]]),
+     + [[F, F, F, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, 0, sw, 0] for sw in (0, 1)]
+     + [[B, B, F, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, 0, 1, 0]]
+     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, 0, 0, 1]]),
     ("qmv4_norm_silu.cu", "qmv4.cuh",
      [("nw", "W")] + [("wg", "uint32_t"), ("sg", "S"), ("bg", "S"),
                       ("wu", "uint32_t"), ("su", "S"), ("bu", "S"), ("x", "T")],
@@ -71,15 +75,19 @@ FORMS = [
      + [[F, F, F, 4096, 14336, 1, "EPS", 256, 1, 0, 0, 0]]),
     ("qmv4_add.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")],
-     ["y"], "T S K N ROWS SPLIT B8",
-     [[B, B, k, n, 2, sp, b8] for k, n in ((14336, 4096), (4096, 4096)) for sp in (1, 2, 4)
-      for b8 in (0, 1)]
-     + [[B, B, 1536, 576, 2, sp, 0] for sp in (1, 4)]),
+     ["y"], "T S K N ROWS SPLIT B8 Q8 BLOCK",
+     [[B, B, k, n, 2, sp, b8, 0, 128] for k, n in ((14336, 4096), (4096, 4096))
+      for sp in (1, 2, 4) for b8 in (0, 1)]
+     + [[B, B, 1536, 576, 2, sp, 0, 0, 128] for sp in (1, 4)]
+     + [[B, B, k, n, 2, 1, b8, 1, 128] for k, n in ((14336, 4096), (4096, 4096))
+        for b8 in (0, 1)]
+     + [[B, B, 1536, 576, 2, 1, 0, 1, 128]]),
     ("qmv4.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T")],
-     ["y"], "T S K N ROWS SPLIT B8",
-     [[B, B, 4096, 128256, 2, sp, b8] for sp in (1, 4) for b8 in (0, 1)]
-     + [[F, F, 4096, 1024, 2, 1, 0]]),
+     ["y"], "T S K N ROWS SPLIT B8 Q8 BLOCK",
+     [[B, B, 4096, 128256, 2, sp, b8, 0, 128] for sp in (1, 4) for b8 in (0, 1)]
+     + [[F, F, 4096, 1024, 2, 1, 0, 0, 128]]
+     + [[B, B, k, n, 2, 1, 1, 1, 128] for k, n in ((4096, 128256), (576, 49152))]),
     ("attend_decode.cu", "attend.cuh",
      [("q", "T"), ("k", "T"), ("v", "T"), ("kc", "T"), ("kc_shape", "Shape"), ("vc", "T"),
       ("pos", "int32_t"), ("counters", "uint32_t")],

@@ -492,82 +492,6 @@ __device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, flo
   __syncthreads();
 }
 
-// gmlx_qmv4_three of xn = RMSNorm(x) (gmlx_rms_norm_block, every thread of the block takes
-// part), each warp's first weight loads issued before the norm so that they are in flight
-// while it runs (a decode step's blocks otherwise read nothing from DRAM during their norm).
-template <
-    int K, int N0, int N1, int N2, int ROWS, int BLOCK, typename S, typename T, typename W,
-    int B8 = 0, int SWZ = 0>
-__device__ __forceinline__ void gmlx_qmv4_norm_three_early(
-    const W* nw, float eps, const T* x, T* xn,
-    const uint32_t* w0, const S* s0, const S* b0,
-    const uint32_t* w1, const S* s1, const S* b1,
-    const uint32_t* w2, const S* s2, const S* b2,
-    T* y0, T* y1, T* y2,
-    GmlxRope rope) {
-  const GmlxShare share = gmlx_qmv4_three_share<N0, N1, N2, ROWS>();
-  const uint32_t* wr[ROWS];
-  const S* sr[ROWS];
-  const S* br[ROWS];
-  T* y = y2;
-  int n = N2;
-  if (share.matrix == 0) {
-    gmlx_qmv4_point<K, ROWS, S>(w0, s0, b0, N0, share.row0, 0, wr, sr, br);
-    y = y0;
-    n = N0;
-  } else if (share.matrix == 1) {
-    gmlx_qmv4_point<K, ROWS, S>(w1, s1, b1, N1, share.row0, 0, wr, sr, br);
-    y = y1;
-    n = N1;
-  } else {
-    gmlx_qmv4_point<K, ROWS, S>(w2, s2, b2, N2, share.row0, 0, wr, sr, br);
-  }
-  const bool mine = share.matrix < 3;
-  GmlxQmv4Loads<K, ROWS, S, B8> first;
-  if (mine) {
-    first.load(wr, sr, br, threadIdx.x & 31);
-  }
-  gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, eps, xn);
-  if (!mine) {
-    return;
-  }
-  float acc[ROWS];
-  gmlx_qmv4_dot<K, ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, &first);
-  const T* no_residual = nullptr;
-  const GmlxRope rotation = share.matrix < 2 ? rope : GmlxRope{nullptr, 0.0f, 0, 0};
-  gmlx_qmv4_store<ROWS, T>(acc, y, n, share.row0, no_residual, rotation);
-}
-
-// gmlx_qmv4_silu_rows of xn = RMSNorm(x) for this warp's rows, its first weight loads issued
-// before the norm (as gmlx_qmv4_norm_three_early).
-template <
-    int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8 = 0,
-    int SWZ = 0>
-__device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
-    const W* nw, float eps, const T* x, T* xn,
-    const uint32_t* wg, const S* sg, const S* bg,
-    const uint32_t* wu, const S* su, const S* bu,
-    T* y) {
-  const int row0 = gmlx_warp_index() * ROWS;
-  const uint32_t* wr[2 * ROWS];
-  const S* sr[2 * ROWS];
-  const S* br[2 * ROWS];
-  gmlx_qmv4_point<K, ROWS, S>(wg, sg, bg, N, row0, 0, wr, sr, br);
-  gmlx_qmv4_point<K, ROWS, S>(wu, su, bu, N, row0, ROWS, wr, sr, br);
-  const bool mine = row0 < N;
-  GmlxQmv4Loads<K, 2 * ROWS, S, B8> first;
-  if (mine) {
-    first.load(wr, sr, br, threadIdx.x & 31);
-  }
-  gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, eps, xn);
-  if (!mine) {
-    return;
-  }
-  float acc[2 * ROWS];
-  gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, &first);
-  gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
-}
-
 // 8-bit activations (GMLX_CUDA_QMV_Q8): a block's normed 16-bit row quantized per group of 32
 // values as llama.cpp's q8_1 rounds them for its CUDA matrix-vector products (d = max|x| / 127,
 // q = round(x / d) half away from zero; here d stays float32 and the biases take d * sum(q),
@@ -588,9 +512,54 @@ __device__ __forceinline__ int gmlx_q8_half(int g, int h) {
   return 2 * g + (h ^ ((g >> 2) & 1));
 }
 
+// Rounds chunk c of a 16-bit row (its 8 values f, `valid` false past the row's end) into the
+// block's GmlxQ8Row arrays. Every lane of the warp calls it: a group's 4 chunks are 4
+// consecutive threads (chunk c = thread + m * BLOCK, BLOCK a multiple of 32, K of 32).
+__device__ __forceinline__ void gmlx_q8_chunk(
+    const float (&f)[8], bool valid, int c, int2* codes, float* d, float* dsum) {
+  float amax = 0.0f;
+  if (valid) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      amax = fmaxf(amax, fabsf(f[i]));
+    }
+  }
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float dg = amax / 127.0f;
+  int sum = 0;
+  uint32_t even = 0;
+  uint32_t odd = 0;
+  if (valid) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      // x / d rather than x * (1 / d): a subnormal d has no finite inverse
+      const int q = amax != 0.0f ? static_cast<int>(roundf(f[i] / dg)) : 0;
+      sum += q;
+      const uint32_t byte = static_cast<uint32_t>(q) & 0xFFu;
+      if (i % 2 == 0) {
+        even |= byte << (8 * (i / 2));
+      } else {
+        odd |= byte << (8 * (i / 2));
+      }
+    }
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (valid) {
+    const int g = c / 4;
+    const int j = c % 4;
+    codes[2 * gmlx_q8_half(g, j / 2) + j % 2] =
+        make_int2(static_cast<int>(even), static_cast<int>(odd));
+    if (j == 0) {
+      d[g] = dg;
+      dsum[g] = dg * static_cast<float>(sum);
+    }
+  }
+}
+
 // RMSNorm(x) with weight nw as gmlx_rms_norm_block rounds it (every thread of the block must
-// reach it), quantized into the block's GmlxQ8Row. T is 16 bits (8 values a chunk); a group's
-// 4 chunks are 4 consecutive threads.
+// reach it), rounded into the block's GmlxQ8Row. T is 16 bits (8 values a chunk).
 template <int K, int BLOCK, typename T, typename W>
 __device__ __forceinline__ GmlxQ8Row gmlx_rms_norm_q8_block(const T* x, const W* nw, float eps) {
   constexpr int PER = 8;
@@ -605,49 +574,51 @@ __device__ __forceinline__ GmlxQ8Row gmlx_rms_norm_q8_block(const T* x, const W*
   for (int m = 0; m < MINE; ++m) {
     const int c = threadIdx.x + m * BLOCK;
     float f[PER];
-    float amax = 0.0f;
     if (c < CHUNKS) {
       T out[PER];
       gmlx_rms_normed_chunk<PER, 1>(v[m], inv, nw, c, out);
 #pragma unroll
       for (int i = 0; i < PER; ++i) {
         f[i] = static_cast<float>(out[i]);
-        amax = fmaxf(amax, fabsf(f[i]));
       }
     }
-    // whole groups (K is a multiple of 32) on 4 consecutive threads: every lane shuffles
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    const float dg = amax / 127.0f;
-    int sum = 0;
-    uint32_t even = 0;
-    uint32_t odd = 0;
+    gmlx_q8_chunk(f, c < CHUNKS, c, codes, d, dsum);
+  }
+  __syncthreads();
+  return GmlxQ8Row{reinterpret_cast<const int4*>(codes), d, dsum};
+}
+
+// The row x (16-bit T, at any offset: 16-byte loads where it is aligned) rounded into the
+// block's GmlxQ8Row by the whole block of BLOCK threads (every thread must reach it).
+template <int K, int BLOCK, typename T>
+__device__ __forceinline__ GmlxQ8Row gmlx_q8_row_block(const T* x) {
+  constexpr int PER = 8;
+  constexpr int CHUNKS = K / PER;
+  constexpr int MINE = (CHUNKS + BLOCK - 1) / BLOCK;
+  __shared__ __align__(16) int2 codes[K / 8];
+  __shared__ float d[K / 32];
+  __shared__ float dsum[K / 32];
+  const bool aligned = (reinterpret_cast<size_t>(x) & 15) == 0;
+#pragma unroll 4
+  for (int m = 0; m < MINE; ++m) {
+    const int c = threadIdx.x + m * BLOCK;
+    float f[PER];
     if (c < CHUNKS) {
+      if (aligned) {
+        uint4 raw = __ldg(reinterpret_cast<const uint4*>(x) + c);
+        const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-      for (int i = 0; i < PER; ++i) {
-        // x / d rather than x * (1 / d): a subnormal d has no finite inverse
-        const int q = amax != 0.0f ? static_cast<int>(roundf(f[i] / dg)) : 0;
-        sum += q;
-        const uint32_t byte = static_cast<uint32_t>(q) & 0xFFu;
-        if (i % 2 == 0) {
-          even |= byte << (8 * (i / 2));
-        } else {
-          odd |= byte << (8 * (i / 2));
+        for (int i = 0; i < PER; ++i) {
+          f[i] = static_cast<float>(e[i]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+          f[i] = static_cast<float>(x[c * PER + i]);
         }
       }
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if (c < CHUNKS) {
-      const int g = c / 4;
-      const int j = c % 4;
-      codes[2 * gmlx_q8_half(g, j / 2) + j % 2] =
-          make_int2(static_cast<int>(even), static_cast<int>(odd));
-      if (j == 0) {
-        d[g] = dg;
-        dsum[g] = dg * static_cast<float>(sum);
-      }
-    }
+    gmlx_q8_chunk(f, c < CHUNKS, c, codes, d, dsum);
   }
   __syncthreads();
   return GmlxQ8Row{reinterpret_cast<const int4*>(codes), d, dsum};
@@ -712,10 +683,85 @@ __device__ __forceinline__ void gmlx_qmv4_dot_q8(
   }
 }
 
-// gmlx_qmv4_norm_silu_early with the row in 8-bit activations (gmlx_rms_norm_q8_block).
-template <int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8 = 0>
-__device__ __forceinline__ void gmlx_qmv4_norm_silu_q8(
-    const W* nw, float eps, const T* x,
+// Points a warp's row pointers at its rows of the matrix `share` names (gmlx_qmv4_point) and
+// gives that matrix's output and rows; W2's for a warp past them all (it computes nothing).
+template <int K, int N0, int N1, int N2, int ROWS, typename S, typename T>
+__device__ __forceinline__ void gmlx_qmv4_three_point(
+    GmlxShare share,
+    const uint32_t* w0, const S* s0, const S* b0,
+    const uint32_t* w1, const S* s1, const S* b1,
+    const uint32_t* w2, const S* s2, const S* b2,
+    T* y0, T* y1, T* y2,
+    const uint32_t** wr, const S** sr, const S** br,
+    T** y, int* n) {
+  if (share.matrix == 0) {
+    gmlx_qmv4_point<K, ROWS, S>(w0, s0, b0, N0, share.row0, 0, wr, sr, br);
+    *y = y0;
+    *n = N0;
+  } else if (share.matrix == 1) {
+    gmlx_qmv4_point<K, ROWS, S>(w1, s1, b1, N1, share.row0, 0, wr, sr, br);
+    *y = y1;
+    *n = N1;
+  } else {
+    gmlx_qmv4_point<K, ROWS, S>(w2, s2, b2, N2, share.row0, 0, wr, sr, br);
+    *y = y2;
+    *n = N2;
+  }
+}
+
+// gmlx_qmv4_three of xn = RMSNorm(x) (gmlx_rms_norm_block, every thread of the block takes
+// part), each warp's first weight loads issued before the norm so that they are in flight
+// while it runs (a decode step's blocks otherwise read nothing from DRAM during their norm).
+// Q8 1: the normed row in 8-bit activations instead (gmlx_rms_norm_q8_block, 16-bit T).
+template <
+    int K, int N0, int N1, int N2, int ROWS, int BLOCK, typename S, typename T, typename W,
+    int B8 = 0, int SWZ = 0, int Q8 = 0>
+__device__ __forceinline__ void gmlx_qmv4_norm_three_early(
+    const W* nw, float eps, const T* x, T* xn,
+    const uint32_t* w0, const S* s0, const S* b0,
+    const uint32_t* w1, const S* s1, const S* b1,
+    const uint32_t* w2, const S* s2, const S* b2,
+    T* y0, T* y1, T* y2,
+    GmlxRope rope) {
+  const GmlxShare share = gmlx_qmv4_three_share<N0, N1, N2, ROWS>();
+  const uint32_t* wr[ROWS];
+  const S* sr[ROWS];
+  const S* br[ROWS];
+  T* y;
+  int n;
+  gmlx_qmv4_three_point<K, N0, N1, N2, ROWS>(
+      share, w0, s0, b0, w1, s1, b1, w2, s2, b2, y0, y1, y2, wr, sr, br, &y, &n);
+  const bool mine = share.matrix < 3;
+  GmlxQmv4Loads<K, ROWS, S, B8> first;
+  if (mine) {
+    first.load(wr, sr, br, threadIdx.x & 31);
+  }
+  float acc[ROWS];
+  if (Q8) {
+    const GmlxQ8Row row = gmlx_rms_norm_q8_block<K, BLOCK>(x, nw, eps);
+    if (!mine) {
+      return;
+    }
+    gmlx_qmv4_dot_q8<K, ROWS, S, B8>(wr, sr, br, row, acc, &first);
+  } else {
+    gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, eps, xn);
+    if (!mine) {
+      return;
+    }
+    gmlx_qmv4_dot<K, ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, &first);
+  }
+  const T* no_residual = nullptr;
+  const GmlxRope rotation = share.matrix < 2 ? rope : GmlxRope{nullptr, 0.0f, 0, 0};
+  gmlx_qmv4_store<ROWS, T>(acc, y, n, share.row0, no_residual, rotation);
+}
+
+// gmlx_qmv4_silu_rows of xn = RMSNorm(x) for this warp's rows, its first weight loads issued
+// before the norm (as gmlx_qmv4_norm_three_early, Q8 too).
+template <
+    int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8 = 0,
+    int SWZ = 0, int Q8 = 0>
+__device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
+    const W* nw, float eps, const T* x, T* xn,
     const uint32_t* wg, const S* sg, const S* bg,
     const uint32_t* wu, const S* su, const S* bu,
     T* y) {
@@ -730,36 +776,50 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_q8(
   if (mine) {
     first.load(wr, sr, br, threadIdx.x & 31);
   }
-  const GmlxQ8Row row = gmlx_rms_norm_q8_block<K, BLOCK>(x, nw, eps);
-  if (!mine) {
-    return;
-  }
   float acc[2 * ROWS];
-  gmlx_qmv4_dot_q8<K, 2 * ROWS, S, B8>(wr, sr, br, row, acc, &first);
+  if (Q8) {
+    const GmlxQ8Row row = gmlx_rms_norm_q8_block<K, BLOCK>(x, nw, eps);
+    if (!mine) {
+      return;
+    }
+    gmlx_qmv4_dot_q8<K, 2 * ROWS, S, B8>(wr, sr, br, row, acc, &first);
+  } else {
+    gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, eps, xn);
+    if (!mine) {
+      return;
+    }
+    gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, &first);
+  }
   gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
 }
 
-// Instantiates gmlx_qmv4_norm_silu_q8 only where ON (16-bit rows with Q8): a float row's kernel
-// names it without making it.
-template <bool ON>
-struct GmlxNormSiluQ8 {
-  template <int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8>
-  __device__ __forceinline__ static void run(
-      const W*, float, const T*,
-      const uint32_t*, const S*, const S*,
-      const uint32_t*, const S*, const S*,
-      T*) {}
-};
-
-template <>
-struct GmlxNormSiluQ8<true> {
-  template <int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8>
-  __device__ __forceinline__ static void run(
-      const W* nw, float eps, const T* x,
-      const uint32_t* wg, const S* sg, const S* bg,
-      const uint32_t* wu, const S* su, const S* bu,
-      T* y) {
-    gmlx_qmv4_norm_silu_q8<K, N, ROWS, BLOCK, S, T, W, B8>(
-        nw, eps, x, wg, sg, bg, wu, su, bu, y);
+// gmlx_qmv4_rows (a warp per ROWS rows, with `residual` as gmlx_qmv4_store takes it) against
+// the row rounded to 8-bit activations by its block of BLOCK threads (gmlx_q8_row_block; every
+// thread must reach it), each warp's first loads issued before.
+template <int K, int ROWS, int BLOCK, typename S, typename T, int B8 = 0>
+__device__ __forceinline__ void gmlx_qmv4_rows_q8(
+    const uint32_t* w,
+    const S* scales,
+    const S* biases,
+    const T* x,
+    T* y,
+    int n,
+    const T* residual) {
+  const int row0 = gmlx_warp_index() * ROWS;
+  const uint32_t* wr[ROWS];
+  const S* sr[ROWS];
+  const S* br[ROWS];
+  gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
+  const bool mine = row0 < n;
+  GmlxQmv4Loads<K, ROWS, S, B8> first;
+  if (mine) {
+    first.load(wr, sr, br, threadIdx.x & 31);
   }
-};
+  const GmlxQ8Row row = gmlx_q8_row_block<K, BLOCK>(x);
+  if (!mine) {
+    return;
+  }
+  float acc[ROWS];
+  gmlx_qmv4_dot_q8<K, ROWS, S, B8>(wr, sr, br, row, acc, &first);
+  gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, GmlxRope{nullptr, 0.0f, 0, 0});
+}

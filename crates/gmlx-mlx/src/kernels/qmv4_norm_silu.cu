@@ -5,11 +5,8 @@
 // gmlx_rms_norm_q8_block).
 static_assert(!Q8 || sizeof(T) == 2, "8-bit activations are made from a 16-bit row");
 __shared__ __align__(16) T xn[Q8 ? 1 : K];
-if (Q8) {
-  GmlxNormSiluQ8<Q8 && sizeof(T) == 2>::template run<K, N, ROWS, BLOCK, S, T, W, B8>(
-      nw, __int_as_float(EPS), x, wg, sg, bg, wu, su, bu, y);
-} else if (EARLY) {
-  gmlx_qmv4_norm_silu_early<K, N, ROWS, BLOCK, S, T, W, B8, SWZ>(
+if (EARLY || Q8) {
+  gmlx_qmv4_norm_silu_early<K, N, ROWS, BLOCK, S, T, W, B8, SWZ, Q8>(
       nw, __int_as_float(EPS), x, xn, wg, sg, bg, wu, su, bu, y);
 } else {
   const int row0 = gmlx_warp_index() * ROWS;
