@@ -352,8 +352,9 @@ fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Arra
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
     let rows = rows_per_warp();
-    // 8-bit activations take a warp per row: the block rounds the row once for its warps
-    let q8 = q8_activations(x.dtype());
+    // 8-bit activations take a warp per row: the block rounds the row once for its warps,
+    // into shared memory of 5 / 4 bytes a column (as wide as a normed row may be, at most)
+    let q8 = q8_activations(x.dtype()) && k as usize * 5 / 4 <= NORMED_ROW_BYTES;
     let split = if q8 { 1 } else { split_for(k) };
     let which = match residual {
         Some(_) => Kernel::Add,
@@ -547,11 +548,11 @@ pub const Q8_VAR: &str = "GMLX_CUDA_QMV_Q8";
 /// Whether the normed kernels ([`norm_silu_glu`], [`norm_matmul_three`],
 /// [`norm_rope_matmul_three`]) and the one-matrix ones ([`matmul`], [`matmul_add`], a warp per
 /// row: each block rounds the row itself) quantize their (normed) row of `dtype` to 8 bits per
-/// value in groups of 32, as llama.cpp's CUDA products round theirs (q8_1: `d = max|x| / 127`, `q =
-/// round(x / d)`; `d` kept in float32 here), and multiply 4 codes at a time with `__dp4a`
+/// value in groups of 32, as llama.cpp rounds its q8_1 rows (`d = max|x| / 127`, `q = round(x *
+/// (1 / d))`; `d` kept in float32 here), and multiply 4 codes at a time with `__dp4a`
 /// (`GMLX_CUDA_QMV_Q8=1`, 16-bit rows only; off by default until measured on a GPU). The exact
 /// product spends about 3 instructions a weight (NVRTC's sm_90 code for the Llama-3-8B gate-up
-/// kernel: 2 216 instructions a lane against 1 392 with it, `bench/runs/2026-12-07-nvrtc/`),
+/// kernel: 2 216 instructions a lane against 1 224 with it, `bench/runs/2026-12-07-nvrtc/`),
 /// and Nsight Compute put that kernel at 55 % of issue slots busy on an H100. The products then
 /// differ from the exact ones by the row's rounding to 8 bits, as llama.cpp's do.
 fn q8_activations(dtype: Dtype) -> bool {

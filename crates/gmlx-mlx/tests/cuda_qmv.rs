@@ -333,7 +333,8 @@ fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
 }
 
 /// The values of a row that the normed and the one-matrix kernels multiply: the row, or with
-/// `GMLX_CUDA_QMV_Q8=1` and a 16-bit row its 8-bit rounding ([`q8_values`]).
+/// `GMLX_CUDA_QMV_Q8=1` and a 16-bit row its 8-bit rounding ([`q8_values`]; the one-matrix
+/// kernels round rows of up to 26 214 columns, wider than any here).
 fn multiplied(normed: Vec<f32>, dtype: Dtype) -> Vec<f32> {
     let q8 = std::env::var(cuda_qmv::Q8_VAR).is_ok_and(|v| v.trim() == "1")
         && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16);
@@ -344,20 +345,15 @@ fn multiplied(normed: Vec<f32>, dtype: Dtype) -> Vec<f32> {
 }
 
 /// The values the kernel multiplies with `GMLX_CUDA_QMV_Q8=1`: each group of 32 rounded to
-/// 8 bits as llama.cpp's q8_1 rounds them (`d = max|x| / 127`, `q = round(x / d)` half away
-/// from zero, in float32; 0 for a group of zeros), then `d * q`.
+/// 8 bits as llama.cpp's q8_1 rounds them (`d = max|x| / 127`, `q = round(x * (1 / d))` half
+/// away from zero, in float32; zeros where `d` is not a normal float), then `d * q`.
 fn q8_values(xs: &[f32]) -> Vec<f32> {
     xs.chunks(32)
         .flat_map(|group| {
             let amax = group.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
-            group.iter().map(move |v| {
-                if amax != 0.0 {
-                    d * (v / d).round()
-                } else {
-                    0.0
-                }
-            })
+            let id = if d >= f32::MIN_POSITIVE { 1.0 / d } else { 0.0 };
+            group.iter().map(move |v| d * (v * id).round())
         })
         .collect()
 }

@@ -493,9 +493,10 @@ __device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, flo
 }
 
 // 8-bit activations (GMLX_CUDA_QMV_Q8): a block's normed 16-bit row quantized per group of 32
-// values as llama.cpp's q8_1 rounds them for its CUDA matrix-vector products (d = max|x| / 127,
-// q = round(x / d) half away from zero; here d stays float32 and the biases take d * sum(q),
-// the rounded row's sum, where llama.cpp keeps d in half precision and sums x), so that each
+// values as llama.cpp's q8_1 rounds them (d = max|x| / 127, q = round(x * (1 / d)) half away
+// from zero, as its CPU code writes it; its CUDA code divides by d and keeps d in half precision
+// and the sum of x for the biases, where here d stays float32 and the biases take d * sum(q),
+// the rounded row's sum), so that each
 // product of 4 weights and 4 values is one __dp4a instead of 12 instructions. A group's codes are
 // 4 chunks of 8 values, each held as (E, O): the values at even and at odd positions, 4 signed
 // bytes each, matching a 4-bit word's low and high nibbles (gmlx_qmv4_dot); chunks 0-1 and 2-3
@@ -527,14 +528,16 @@ __device__ __forceinline__ void gmlx_q8_chunk(
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
   const float dg = amax / 127.0f;
+  // llama.cpp's q = round(x * (1 / d)); a group whose d is not a normal float (1 / d might not
+  // be finite) rounds to zeros
+  const float id = dg >= 1.17549435e-38f ? 1.0f / dg : 0.0f;
   int sum = 0;
   uint32_t even = 0;
   uint32_t odd = 0;
   if (valid) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      // x / d rather than x * (1 / d): a subnormal d has no finite inverse
-      const int q = amax != 0.0f ? static_cast<int>(roundf(f[i] / dg)) : 0;
+      const int q = static_cast<int>(roundf(f[i] * id));
       sum += q;
       const uint32_t byte = static_cast<uint32_t>(q) & 0xFFu;
       if (i % 2 == 0) {
