@@ -87,6 +87,36 @@ struct GmlxQmv4Loads {
   }
 };
 
+// Fills l with the loads of a warp's round of groups from g0: the caller's `first` (issued
+// before it computed its row) for the first round where given, else loaded now.
+template <int K, int R, typename S, int B8>
+__device__ __forceinline__ void gmlx_qmv4_round(
+    GmlxQmv4Loads<K, R, S, B8>& l,
+    const uint32_t* const* w,
+    const S* const* s,
+    const S* const* b,
+    int g0,
+    int lane,
+    const GmlxQmv4Loads<K, R, S, B8>* first) {
+  if (first != nullptr && g0 == lane) {
+    l = *first;
+  } else {
+    l.load(w, s, b, g0);
+  }
+}
+
+// acc[r] summed over the warp's lanes, the sum in every lane.
+template <int R>
+__device__ __forceinline__ void gmlx_warp_sums(float* acc) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    }
+  }
+}
+
 // acc[r] = row r . x for the R rows whose codes, scales and biases start at w[r], s[r], b[r]:
 // the whole warp's sum, in every lane. `first`, where given, holds the lane's first loads
 // (GmlxQmv4Loads::load at group `lane`), issued by the caller before it computed x. SWZ 1: x
@@ -109,11 +139,7 @@ __device__ __forceinline__ void gmlx_qmv4_dot(
   }
   for (int g0 = lane; g0 < GROUPS; g0 += 32 * INFLIGHT) {
     GmlxQmv4Loads<K, R, S, B8> l;
-    if (first != nullptr && g0 == lane) {
-      l = *first;
-    } else {
-      l.load(w, s, b, g0);
-    }
+    gmlx_qmv4_round(l, w, s, b, g0, lane, first);
 #pragma unroll
     for (int u = 0; u < INFLIGHT; ++u) {
       const int g = g0 + 32 * u;
@@ -168,13 +194,7 @@ __device__ __forceinline__ void gmlx_qmv4_dot(
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-    }
-  }
+  gmlx_warp_sums<R>(acc);
 }
 
 // Points w/s/b[at + r] at row min(row0 + r, n - 1) of a matrix, r < ROWS: a warp's last rows
@@ -646,11 +666,7 @@ __device__ __forceinline__ void gmlx_qmv4_dot_q8(
   }
   for (int g0 = lane; g0 < GROUPS; g0 += 32 * INFLIGHT) {
     GmlxQmv4Loads<K, R, S, B8> l;
-    if (first != nullptr && g0 == lane) {
-      l = *first;
-    } else {
-      l.load(w, s, b, g0);
-    }
+    gmlx_qmv4_round(l, w, s, b, g0, lane, first);
 #pragma unroll
     for (int u = 0; u < INFLIGHT; ++u) {
       const int g = g0 + 32 * u;
@@ -677,13 +693,7 @@ __device__ __forceinline__ void gmlx_qmv4_dot_q8(
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-    }
-  }
+  gmlx_warp_sums<R>(acc);
 }
 
 // Points a warp's row pointers at its rows of the matrix `share` names (gmlx_qmv4_point) and
