@@ -352,9 +352,7 @@ fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Arra
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
     let rows = rows_per_warp();
-    // 8-bit activations take a warp per row: the block rounds the row once for its warps,
-    // into shared memory of 5 / 4 bytes a column (as wide as a normed row may be, at most)
-    let q8 = q8_activations(x.dtype()) && k as usize * 5 / 4 <= NORMED_ROW_BYTES;
+    let q8 = one_matrix_rounds_row(x.dtype(), k);
     let split = if q8 { 1 } else { split_for(k) };
     let which = match residual {
         Some(_) => Kernel::Add,
@@ -541,24 +539,37 @@ fn norm_constants(which: Kernel, norm: Norm<'_>, dtype: Dtype) -> [(&'static CSt
     ]
 }
 
-/// The environment variable that turns on (`1`) 8-bit activations in the normed and the
+/// The environment variable that turns off (`0`) 8-bit activations in the normed and the
 /// one-matrix kernels ([`q8_activations`]).
 pub const Q8_VAR: &str = "GMLX_CUDA_QMV_Q8";
 
 /// Whether the normed kernels ([`norm_silu_glu`], [`norm_matmul_three`],
-/// [`norm_rope_matmul_three`]) and the one-matrix ones ([`matmul`], [`matmul_add`], a warp per
-/// row: each block rounds the row itself) quantize their (normed) row of `dtype` to 8 bits per
-/// value in groups of 32, as llama.cpp rounds its q8_1 rows (`d = max|x| / 127`, `q = round(x *
-/// (1 / d))`; `d` kept in float32 here), and multiply 4 codes at a time with `__dp4a`
-/// (`GMLX_CUDA_QMV_Q8=1`, 16-bit rows only; off by default until measured on a GPU). The exact
-/// product spends about 3 instructions a weight (NVRTC's sm_90 code for the Llama-3-8B gate-up
-/// kernel: 2 216 instructions a lane against 1 224 with it, `bench/runs/2026-12-07-nvrtc/`),
-/// and Nsight Compute put that kernel at 55 % of issue slots busy on an H100. The products then
-/// differ from the exact ones by the row's rounding to 8 bits, as llama.cpp's do.
-fn q8_activations(dtype: Dtype) -> bool {
+/// [`norm_rope_matmul_three`]) quantize their normed row of `dtype` to 8 bits per value in
+/// groups of 32, as llama.cpp rounds its q8_1 rows (`d = max|x| / 127`, `q = round(x * (1 /
+/// d))`; `d` kept in float32 here), and multiply 4 codes at a time with `__dp4a` (16-bit rows;
+/// on unless `GMLX_CUDA_QMV_Q8=0`). The exact product spends about 3 instructions a weight
+/// (NVRTC's sm_90 code for the Llama-3-8B gate-up kernel: 2 216 instructions a lane against
+/// 1 224 with it, `bench/runs/2026-12-07-nvrtc/`). On an H100 the 8B Q4_0 decode went from
+/// 278.8-280.0 to 310.7-311.2 tok/s and its gate-up kernel from 46.28 to 31.20 us
+/// (`bench/runs/2026-12-07-h100-3/`). The products differ from the exact ones by the row's
+/// rounding to 8 bits, as llama.cpp's do.
+pub fn q8_activations(dtype: Dtype) -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    let on = *ENABLED.get_or_init(|| cuda_kernel::opted_in(Q8_VAR));
+    let on = *ENABLED.get_or_init(|| cuda_kernel::switched_on(Q8_VAR));
     on && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+}
+
+/// The widest row the one-matrix kernels round to 8 bits.
+const ONE_MATRIX_Q8_COLUMNS: i32 = 4096;
+
+/// Whether the one-matrix kernels ([`matmul`], [`matmul_add`]) round their row of `k` values
+/// of `dtype` as the normed ones do ([`q8_activations`]): only up to
+/// [`ONE_MATRIX_Q8_COLUMNS`]. They take a warp per row and each block rounds the whole row
+/// itself before its first product. On an H100 that paid for the 8B attention output (K =
+/// 4 096: 9.61 us a launch, 10.48 exact) and not for its down matrix (K = 14 336: 32.58 us,
+/// 23.26 exact; `bench/runs/2026-12-07-h100-3/`).
+pub fn one_matrix_rounds_row(dtype: Dtype, k: i32) -> bool {
+    q8_activations(dtype) && k <= ONE_MATRIX_Q8_COLUMNS
 }
 
 /// The environment variable that turns on (`1`) the normed kernels' swizzled row
@@ -567,7 +578,8 @@ pub const SWIZZLE_VAR: &str = "GMLX_CUDA_QMV_SWIZZLE";
 
 /// Whether a normed kernel holds its block's normed row in shared memory with each group's
 /// 16-byte chunks permuted (`qmv4.cuh`'s `gmlx_xn_chunk`) and reads the norm weight 16 bytes
-/// per load (`GMLX_CUDA_QMV_SWIZZLE=1`; off by default until measured on a GPU). Lane l of a
+/// per load (`GMLX_CUDA_QMV_SWIZZLE=1`; off by default: it changes only the exact path, which
+/// 16-bit rows leave for [`q8_activations`], and made that 2.6 % faster on an H100). Lane l of a
 /// warp reads group l of the row, so in order the 8 lanes of a quarter-warp read the same few
 /// shared-memory banks: Nsight Compute counted 14.5-way conflicts on the gate-up kernel's loads
 /// of the row (71 % of its shared wavefronts) and half of each sector of its 2-byte norm-weight

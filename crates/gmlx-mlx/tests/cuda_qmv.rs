@@ -4,8 +4,9 @@
 //! block, and rows that start off a 16-byte boundary; the fused kernels (three matrices in one
 //! launch, the SwiGLU of two, each also with the RMSNorm of its row in the launch; a product
 //! with the residual added) against the same reference, the normed ones of MLX's own
-//! `rms_norm` of the row (with `GMLX_CUDA_QMV_Q8=1`, the normed and the one-matrix kernels
-//! against the row rounded to 8 bits per value as they round it). Runs where MLX's CUDA backend is
+//! `rms_norm` of the row (for 16-bit rows, unless `GMLX_CUDA_QMV_Q8=0`, the normed kernels and
+//! the one-matrix ones up to 4 096 columns against the row rounded to 8 bits per value as they
+//! round it). Runs where MLX's CUDA backend is
 //! loaded (the rented GPU machine); elsewhere it says so and passes, as the kernels are never
 //! taken there. MLX's `qmv` is only compared where it can read the row: in MLX 0.32.2 it faults
 //! ("misaligned address") on a 2-byte element 2 bytes off a 4-byte boundary.
@@ -117,7 +118,10 @@ fn check(n: i32, k: i32, dtype: Dtype, offset: i32, rng: &mut Lcg) {
     let ours = host(&cuda_qmv::matmul(&x, p).expect("kernel"));
     let element_bytes = if dtype == Dtype::Float32 { 4 } else { 2 };
     let mlx_reads_it = (offset * element_bytes) % 4 == 0;
-    let reference = m.reference(&multiplied(host(&x), dtype));
+    let reference = m.reference(&multiplied(
+        host(&x),
+        cuda_qmv::one_matrix_rounds_row(dtype, k),
+    ));
     let ours_err = worst(&ours, &reference);
     let mlx_err = if mlx_reads_it {
         worst(
@@ -210,7 +214,7 @@ fn check_norm_three(ns: [i32; 3], k: i32, dtype: Dtype, rng: &mut Lcg) {
             .expect("kernel");
     let normed = multiplied(
         host(&fast::rms_norm(&x, Some(&weight), 1e-5).expect("rms_norm")),
-        dtype,
+        cuda_qmv::q8_activations(dtype),
     );
     for (i, (m, y)) in ms.iter().zip(&ys).enumerate() {
         assert_eq!(y.shape(), &[1, m.n], "output {i}'s shape");
@@ -273,7 +277,7 @@ fn check_norm_rope_three(
     let ys = cuda_qmv::norm_rope_matmul_three(&x, norm, rope, packed).expect("kernel");
     let normed = multiplied(
         host(&fast::rms_norm(&x, Some(&weight), 1e-5).expect("rms_norm")),
-        dtype,
+        cuda_qmv::q8_activations(dtype),
     );
     for (i, (m, y)) in ms.iter().zip(&ys).enumerate() {
         assert_eq!(
@@ -316,7 +320,7 @@ fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
     let y = host(&cuda_qmv::norm_silu_glu(&x, norm, g.packed(), u.packed()).expect("kernel"));
     let normed = multiplied(
         host(&fast::rms_norm(&x, Some(&weight), 1e-6).expect("rms_norm")),
-        dtype,
+        cuda_qmv::q8_activations(dtype),
     );
     let reference: Vec<f64> = g
         .reference(&normed)
@@ -332,19 +336,18 @@ fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
     );
 }
 
-/// The values of a row that the normed and the one-matrix kernels multiply: the row, or with
-/// `GMLX_CUDA_QMV_Q8=1` and a 16-bit row its 8-bit rounding ([`q8_values`]; the one-matrix
-/// kernels round rows of up to 26 214 columns, wider than any here).
-fn multiplied(normed: Vec<f32>, dtype: Dtype) -> Vec<f32> {
-    let q8 = std::env::var(cuda_qmv::Q8_VAR).is_ok_and(|v| v.trim() == "1")
-        && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16);
-    match q8 {
-        true => q8_values(&normed),
-        false => normed,
+/// The values of a row that the kernels multiply: the row, or where they round it
+/// (`rounded`: [`cuda_qmv::q8_activations`] for the normed kernels,
+/// [`cuda_qmv::one_matrix_rounds_row`] for the one-matrix ones) its 8-bit rounding
+/// ([`q8_values`]).
+fn multiplied(values: Vec<f32>, rounded: bool) -> Vec<f32> {
+    match rounded {
+        true => q8_values(&values),
+        false => values,
     }
 }
 
-/// The values the kernel multiplies with `GMLX_CUDA_QMV_Q8=1`: each group of 32 rounded to
+/// The values the kernels multiply where they round the row to 8 bits: each group of 32 rounded to
 /// 8 bits as llama.cpp's q8_1 rounds them (`d = max|x| / 127`, `q = round(x * (1 / d))` half
 /// away from zero, in float32; zeros where `d` is not a normal float), then `d * q`.
 fn q8_values(xs: &[f32]) -> Vec<f32> {
@@ -367,7 +370,10 @@ fn check_add(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
     let y = cuda_qmv::matmul_add(&x, m.packed(), &r).expect("kernel");
     let rs = host(&r);
     let reference: Vec<f64> = m
-        .reference(&multiplied(host(&x), dtype))
+        .reference(&multiplied(
+            host(&x),
+            cuda_qmv::one_matrix_rounds_row(dtype, k),
+        ))
         .iter()
         .zip(&rs)
         .map(|(p, r)| p + *r as f64)
