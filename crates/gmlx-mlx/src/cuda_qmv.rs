@@ -129,13 +129,16 @@ enum Kernel {
     NormThree,
     NormSilu,
     NormRopeThree,
+    Rounded,
+    AddRounded,
+    RoundRow,
 }
 
 impl Kernel {
     fn spec(self) -> &'static Spec {
         const THREE: &[&str] = &["y0", "y1", "y2"];
         const ONE: &[&str] = &["y"];
-        static SPECS: [Spec; 7] = [
+        static SPECS: [Spec; 10] = [
             Spec {
                 name: "gmlx_qmv4",
                 source: include_str!("kernels/qmv4.cu"),
@@ -189,6 +192,27 @@ impl Kernel {
                     "pos",
                 ],
                 outputs: THREE,
+            },
+            Spec {
+                name: "gmlx_qmv4_rounded",
+                source: include_str!("kernels/qmv4_rounded.cu"),
+                header: HEADER,
+                inputs: &["w", "scales", "biases", "xq"],
+                outputs: ONE,
+            },
+            Spec {
+                name: "gmlx_qmv4_add_rounded",
+                source: include_str!("kernels/qmv4_add_rounded.cu"),
+                header: HEADER,
+                inputs: &["w", "scales", "biases", "xq", "r"],
+                outputs: ONE,
+            },
+            Spec {
+                name: "gmlx_q8_round",
+                source: include_str!("kernels/q8_round.cu"),
+                header: HEADER,
+                inputs: &["x"],
+                outputs: &["xq"],
             },
         ];
         &SPECS[self as usize]
@@ -351,6 +375,9 @@ pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
 fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Array> {
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
+    if wide_row_rounded_apart(x.dtype(), k) {
+        return rounded_one_matrix(x, p, residual);
+    }
     let rows = rows_per_warp();
     let q8 = one_matrix_rounds_row(x.dtype(), k);
     let split = if q8 { 1 } else { split_for(k) };
@@ -379,6 +406,55 @@ fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Arra
         split_grid(which, n, rows, split),
     )?;
     cuda_kernel::single(Kernel::One.spec(), outputs)
+}
+
+/// [`one_matrix`] with the row rounded to 8-bit activations first, in a launch of its own
+/// ([`round_row`]), which every warp then reads where it lies ([`wide_row_rounded_apart`]).
+fn rounded_one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Array> {
+    let n = p.w.shape()[0];
+    let k = p.w.shape()[1] * 8;
+    let rows = rows_per_warp();
+    let which = match residual {
+        Some(_) => Kernel::AddRounded,
+        None => Kernel::Rounded,
+    };
+    let mut inputs = operands(&p)?.to_vec();
+    inputs.push(round_row(x, k)?);
+    inputs.extend(residual.cloned());
+    let shape = out_shape(x, n);
+    let outputs = launch(
+        which,
+        &inputs,
+        &[&shape],
+        &types(x, p.scales.dtype(), None),
+        &[
+            (c"K", k),
+            (c"N", n),
+            (c"ROWS", rows),
+            (c"B8", derived_biases(&[p])),
+        ],
+        grid(which, (n + rows - 1) / rows),
+    )?;
+    cuda_kernel::single(Kernel::One.spec(), outputs)
+}
+
+/// The row `x [..., K]` (16-bit) rounded to 8-bit activations as the kernels round it, laid
+/// out as they read it (`qmv4.cuh`'s `gmlx_q8_round_row`): `K / 4` words of codes, then each
+/// group's scale and the scale times its codes' sum, `K / 32` floats each.
+fn round_row(x: &Array, k: i32) -> Result<Array> {
+    let spec = Kernel::RoundRow.spec();
+    let threads = 32 * Kernel::RoundRow.warps_per_block();
+    let blocks = (k / 8 + threads - 1) / threads;
+    let words = [k / 4 + k / 16];
+    let outputs = cuda_kernel::launch(
+        spec,
+        std::slice::from_ref(x),
+        &[(&words, Dtype::Uint32)],
+        &[(c"T", x.dtype())],
+        &[(c"K", k)],
+        (blocks * threads, threads),
+    )?;
+    cuda_kernel::single(spec, outputs)
 }
 
 /// Whether [`matmul_add`] adds `residual` to the product of `x` and `p`: the product's shape
@@ -569,7 +645,23 @@ const ONE_MATRIX_Q8_COLUMNS: i32 = 4096;
 /// 4 096: 9.61 us a launch, 10.48 exact) and not for its down matrix (K = 14 336: 32.58 us,
 /// 23.26 exact; `bench/runs/2026-12-07-h100-3/`).
 pub fn one_matrix_rounds_row(dtype: Dtype, k: i32) -> bool {
-    q8_activations(dtype) && k <= ONE_MATRIX_Q8_COLUMNS
+    q8_activations(dtype) && k <= ONE_MATRIX_Q8_COLUMNS || wide_row_rounded_apart(dtype, k)
+}
+
+/// The environment variable that turns on (`1`) rounding the one-matrix kernels' wider rows
+/// in a launch of their own ([`wide_row_rounded_apart`]).
+pub const Q8_WIDE_VAR: &str = "GMLX_CUDA_QMV_Q8_WIDE";
+
+/// Whether a one-matrix product of a row of `k` values of `dtype`, wider than
+/// [`ONE_MATRIX_Q8_COLUMNS`], takes 8-bit activations all the same: a launch of its own rounds
+/// the row once (1 792 threads for the 8B down product), and the product's warps read it from
+/// global memory (`GMLX_CUDA_QMV_Q8_WIDE=1`, with [`q8_activations`]; off until measured on a
+/// GPU). That down kernel is 80 registers in NVRTC's sm_90 code where rounding the row in each
+/// block made it 167 (`tools/bench/device/nvrtc_check.py`).
+fn wide_row_rounded_apart(dtype: Dtype, k: i32) -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    let on = *ENABLED.get_or_init(|| cuda_kernel::opted_in(Q8_WIDE_VAR));
+    on && q8_activations(dtype) && k > ONE_MATRIX_Q8_COLUMNS
 }
 
 /// The environment variable that turns on (`1`) the normed kernels' swizzled row

@@ -88,6 +88,15 @@ FORMS = [
      [[B, B, 4096, 128256, 2, sp, b8, 0, 128] for sp in (1, 4) for b8 in (0, 1)]
      + [[F, F, 4096, 1024, 2, 1, 0, 0, 128]]
      + [[B, B, k, n, 2, 1, 1, 1, 128] for k, n in ((4096, 128256), (576, 49152))]),
+    ("q8_round.cu", "qmv4.cuh", [("x", "T")], [("xq", "uint32_t")], "T K",
+     [[B, 14336], [B, 1536]]),
+    ("qmv4_add_rounded.cu", "qmv4.cuh",
+     [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("xq", "uint32_t"), ("r", "T")],
+     ["y"], "T S K N ROWS B8", [[B, B, k, n, 2, b8] for k, n in ((14336, 4096), (1536, 576))
+                               for b8 in (0, 1)]),
+    ("qmv4_rounded.cu", "qmv4.cuh",
+     [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("xq", "uint32_t")],
+     ["y"], "T S K N ROWS B8", [[B, B, 14336, 4096, 2, 1]]),
     ("attend_decode.cu", "attend.cuh",
      [("q", "T"), ("k", "T"), ("v", "T"), ("kc", "T"), ("kc_shape", "Shape"), ("vc", "T"),
       ("pos", "int32_t"), ("counters", "uint32_t")],
@@ -130,7 +139,9 @@ def kernel_source(body_file, header, inputs, outputs, params, values):
     for name, ty in inputs:
         args.append(f"const __grid_constant__ Shape {name}" if ty == "Shape"
                     else f"const {ty}* {name}")
-    args += [f"T* {o}" if o != "part" else f"float* {o}" for o in outputs]
+    # an output is named (of type T) or (name, type)
+    args += [f"{o[1]}* {o[0]}" if isinstance(o, tuple) else f"float* {o}" if o == "part"
+             else f"T* {o}" for o in outputs]
     body = open(os.path.join(KERNELS, body_file)).read()
     head = open(os.path.join(KERNELS, header)).read()
     literal = [str(BITS.get(v, v)) for v in values]

@@ -611,12 +611,29 @@ __device__ __forceinline__ GmlxQ8Row gmlx_rms_norm_q8_block(const T* x, const W*
   return GmlxQ8Row{reinterpret_cast<const int4*>(codes), d, dsum};
 }
 
+// Chunk c (8 values) of a 16-bit row x as floats: one 16-byte load where x is `aligned`.
+template <typename T>
+__device__ __forceinline__ void gmlx_row_chunk8(const T* x, int c, bool aligned, float (&f)[8]) {
+  if (aligned) {
+    uint4 raw = __ldg(reinterpret_cast<const uint4*>(x) + c);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      f[i] = static_cast<float>(e[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      f[i] = static_cast<float>(x[c * 8 + i]);
+    }
+  }
+}
+
 // The row x (16-bit T, at any offset: 16-byte loads where it is aligned) rounded into the
 // block's GmlxQ8Row by the whole block of BLOCK threads (every thread must reach it).
 template <int K, int BLOCK, typename T>
 __device__ __forceinline__ GmlxQ8Row gmlx_q8_row_block(const T* x) {
-  constexpr int PER = 8;
-  constexpr int CHUNKS = K / PER;
+  constexpr int CHUNKS = K / 8;
   constexpr int MINE = (CHUNKS + BLOCK - 1) / BLOCK;
   __shared__ __align__(16) int2 codes[K / 8];
   __shared__ float d[K / 32];
@@ -625,26 +642,36 @@ __device__ __forceinline__ GmlxQ8Row gmlx_q8_row_block(const T* x) {
 #pragma unroll 4
   for (int m = 0; m < MINE; ++m) {
     const int c = threadIdx.x + m * BLOCK;
-    float f[PER];
+    float f[8];
     if (c < CHUNKS) {
-      if (aligned) {
-        uint4 raw = __ldg(reinterpret_cast<const uint4*>(x) + c);
-        const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-        for (int i = 0; i < PER; ++i) {
-          f[i] = static_cast<float>(e[i]);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < PER; ++i) {
-          f[i] = static_cast<float>(x[c * PER + i]);
-        }
-      }
+      gmlx_row_chunk8(x, c, aligned, f);
     }
     gmlx_q8_chunk(f, c < CHUNKS, c, codes, d, dsum);
   }
   __syncthreads();
   return GmlxQ8Row{reinterpret_cast<const int4*>(codes), d, dsum};
+}
+
+// A row of K values rounded once for every block that multiplies it (GMLX_CUDA_QMV_Q8_WIDE):
+// K / 4 words of codes in GmlxQ8Row's order, then d and d * sum(q) per group, K / 32 floats
+// each. gmlx_q8_round_row writes it, a thread per chunk of 8 values (every lane of a warp must
+// reach it); gmlx_q8_rounded_row reads it where it lies, in global memory.
+template <int K, typename T>
+__device__ __forceinline__ void gmlx_q8_round_row(const T* x, uint32_t* xq) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool valid = c < K / 8;
+  float f[8];
+  if (valid) {
+    gmlx_row_chunk8(x, c, (reinterpret_cast<size_t>(x) & 15) == 0, f);
+  }
+  float* d = reinterpret_cast<float*>(xq + K / 4);
+  gmlx_q8_chunk(f, valid, c, reinterpret_cast<int2*>(xq), d, d + K / 32);
+}
+
+template <int K>
+__device__ __forceinline__ GmlxQ8Row gmlx_q8_rounded_row(const uint32_t* xq) {
+  const float* d = reinterpret_cast<const float*>(xq + K / 4);
+  return GmlxQ8Row{reinterpret_cast<const int4*>(xq), d, d + K / 32};
 }
 
 // gmlx_qmv4_dot against a GmlxQ8Row: per group and row, scale * d * sum(w_q x_q) + bias * d *
@@ -834,5 +861,29 @@ __device__ __forceinline__ void gmlx_qmv4_rows_q8(
   }
   float acc[ROWS];
   gmlx_qmv4_dot_q8<K, ROWS, S, B8>(wr, sr, br, row, acc, &first);
+  gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, GmlxRope{nullptr, 0.0f, 0, 0});
+}
+
+// gmlx_qmv4_rows_q8 against a row rounded before the launch (xq: gmlx_q8_round_row), which the
+// warps read where it lies: no block rounds it again.
+template <int K, int ROWS, typename S, typename T, int B8 = 0>
+__device__ __forceinline__ void gmlx_qmv4_rows_q8_rounded(
+    const uint32_t* w,
+    const S* scales,
+    const S* biases,
+    const uint32_t* xq,
+    T* y,
+    int n,
+    const T* residual) {
+  const int row0 = gmlx_warp_index() * ROWS;
+  if (row0 >= n) {
+    return;
+  }
+  const uint32_t* wr[ROWS];
+  const S* sr[ROWS];
+  const S* br[ROWS];
+  gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
+  float acc[ROWS];
+  gmlx_qmv4_dot_q8<K, ROWS, S, B8>(wr, sr, br, gmlx_q8_rounded_row<K>(xq), acc, nullptr);
   gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, GmlxRope{nullptr, 0.0f, 0, 0});
 }
