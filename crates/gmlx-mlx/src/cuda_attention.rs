@@ -27,8 +27,20 @@ use crate::error::Result;
 /// The environment variable that turns the kernel off (`0`).
 pub const SWITCH_VAR: &str = "GMLX_CUDA_ATTENTION";
 
-/// Key rows each thread reads per pass.
-const PER: i32 = 8;
+/// The environment variable that sets the key rows each thread reads per pass ([`per`]).
+pub const PER_VAR: &str = "GMLX_CUDA_ATTENTION_PER";
+
+/// Key rows each thread reads per pass: `GMLX_CUDA_ATTENTION_PER` (2, 4 or 8), 8 by default.
+/// NVRTC's sm_90 code for the Llama-3-8B shape holds 191 registers a thread with 8, two blocks
+/// of 128 threads a multiprocessor, and 128 with 4, four blocks, each pass half as long
+/// (`tools/bench/device/nvrtc_check.py`); not yet measured on a GPU.
+fn per() -> i32 {
+    static PER: OnceLock<i32> = OnceLock::new();
+    *PER.get_or_init(|| match cuda_kernel::int_setting(PER_VAR, 2..=8, 8) {
+        n @ (2 | 4 | 8) => n,
+        _ => 8,
+    })
+}
 
 const THREADS: i32 = 128;
 
@@ -53,9 +65,9 @@ const MAX_KV_HEADS: i32 = 4096;
 /// Query heads per key/value head a block takes at most.
 const MAX_GROUP: i32 = 8;
 
-/// Keys per pass of a block for heads of `head_dim` values (eight 8-value rows per thread).
+/// Keys per pass of a block for heads of `head_dim` values ([`per`] 8-value rows a thread).
 pub fn chunk(head_dim: i32) -> i32 {
-    PER * THREADS * 8 / head_dim.max(1)
+    per() * THREADS * 8 / head_dim.max(1)
 }
 
 /// The largest static shared memory a kernel may declare.
@@ -226,7 +238,7 @@ pub fn decode(d: Decode<'_>) -> Result<Array> {
             (c"D", dim),
             (c"G", group),
             (c"HKV", kv_heads),
-            (c"PER", PER),
+            (c"PER", per()),
             (c"BLOCK", THREADS),
             (c"SCALE", d.scale.to_bits() as i32),
             (c"VE", i32::from(values_early())),

@@ -102,6 +102,7 @@ FORMS = [
       ("pos", "int32_t"), ("counters", "uint32_t")],
      ["out", "part"], "T D G HKV PER BLOCK SCALE VE",
      [[B, 128, 4, 8, 8, 128, "SCALE", ve] for ve in (0, 1)]
+     + [[B, 128, 4, 8, per, 128, "SCALE", 0] for per in (2, 4)]
      + [[B, 64, 3, 3, 8, 128, "SCALE", ve] for ve in (0, 1)]),
     ("q6k_mv.cu", "q6k.cuh", [("w", "uint8_t"), ("x", "T")], ["y"], "T K N INFLIGHT",
      [[B, 4096, 128256, i] for i in (1, 2, 4)] + [[F, 14336, 4096, 4]]),
