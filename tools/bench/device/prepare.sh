@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prepares what the device scripts of this folder carry to a rented GPU machine (the `device`
 # tool): run from the repository root on the 2-core machine.
-#   tools/bench/device/prepare.sh          build and pack .mlxcu1 .mlxcu2 .dev1 .dev2
+#   tools/bench/device/prepare.sh          build and pack .mlxcu1 .mlxcu2 .dev1 .dev2, and the
+#                                          default model in two parts (.devm1 .devm2) where
+#                                          gmlx has fetched it
 #   tools/bench/device/prepare.sh slim     take tests/fixtures out of the index (it travels
 #                                          otherwise: the tracked tree is ~90 MB, one call
 #                                          carries 64 MiB); commit nothing while slim
@@ -19,7 +21,7 @@ case "${1:-}" in
     sed -i '\#^/tests/fixtures/$#d' $exclude
     exit 0 ;;
 esac
-for d in .dev1 .dev2; do grep -qx "/$d/" $exclude || echo "/$d/" >> $exclude; done
+for d in .dev1 .dev2 .devm1 .devm2; do grep -qx "/$d/" $exclude || echo "/$d/" >> $exclude; done
 # the binaries are copied from where cargo builds them
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/gmlx/target}
 target=$CARGO_TARGET_DIR
@@ -51,4 +53,15 @@ for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
 done
 (cd "$tmp/pkg" && tar cf - bin | xz -T2 -6 > "$OLDPWD/.dev2/bin.tar.xz")
 cp tests/fixtures/*/*-Q4_K_M.gguf .dev2/fx/
-du -sh .mlxcu1 .mlxcu2 .dev1 .dev2
+# the default model (98 MB, over one call's 64 MiB) in two parts for device-parity.sh
+model=${GMLX_CACHE_DIR:-/var/cache/gmlx/cache}/models/SmolLM2-135M-Instruct.Q4_1.gguf
+rm -rf .devm1 .devm2
+if [ -f "$model" ]; then
+  mkdir -p .devm1 .devm2
+  split -b 50000000 "$model" "$tmp/model."
+  mv "$tmp/model.aa" .devm1/part.aa
+  mv "$tmp/model.ab" .devm2/part.ab
+else
+  echo "no $model (\`gmlx run\` fetches it): device-parity.sh needs it"
+fi
+du -sh .mlxcu1 .mlxcu2 .dev1 .dev2 .devm1 .devm2 2>/dev/null || true
