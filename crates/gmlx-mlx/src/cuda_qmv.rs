@@ -8,7 +8,7 @@
 //! read a row at any offset (MLX 0.32.2's `qmv` faults on a bfloat16 row that starts 2 bytes off
 //! a 4-byte boundary).
 //!
-//! Seven kernels: [`matmul`] (one matrix), [`matmul_three`] (three matrices of one input, as a
+//! The products: [`matmul`] (one matrix), [`matmul_three`] (three matrices of one input, as a
 //! block's query, key and value projections, in one launch), [`silu_glu`] (`silu(G x) * (U
 //! x)`, a gated MLP's gate, up and SwiGLU in one launch), and forms that take a block's other
 //! small operations into those launches: [`norm_matmul_three`] and [`norm_silu_glu`] apply the
@@ -18,6 +18,13 @@
 //! hundred small operations, each with its launch and MLX's work on the host to build and
 //! submit it: with all of them a dense block's attention half is one launch before attention
 //! and one after, its feed-forward half two.
+//!
+//! Rows of 16 bits are rounded to 8 bits per value first, as llama.cpp's CUDA products round
+//! theirs, and multiplied with integer dot products ([`q8_activations`],
+//! [`one_matrix_rounds_row`]; `GMLX_CUDA_QMV_Q8=0` keeps the exact products). Where a row is too
+//! wide for each block to round it, a launch of its own may round it once for all
+//! ([`wide_row_rounded_apart`]: [`round_row`], then the rounded forms of [`matmul`] and
+//! [`matmul_add`]).
 //!
 //! [`applies`] says when [`QuantWeight::matmul`](crate::QuantWeight::matmul) takes them: MLX's
 //! CUDA backend on the GPU, one row, not training (the products have no VJP), unless
@@ -639,9 +646,10 @@ pub fn q8_activations(dtype: Dtype) -> bool {
 const ONE_MATRIX_Q8_COLUMNS: i32 = 4096;
 
 /// Whether the one-matrix kernels ([`matmul`], [`matmul_add`]) round their row of `k` values
-/// of `dtype` as the normed ones do ([`q8_activations`]): only up to
-/// [`ONE_MATRIX_Q8_COLUMNS`]. They take a warp per row and each block rounds the whole row
-/// itself before its first product. On an H100 that paid for the 8B attention output (K =
+/// of `dtype` as the normed ones do ([`q8_activations`]): rows of up to
+/// [`ONE_MATRIX_Q8_COLUMNS`], and wider ones where a launch of their own rounds them
+/// ([`wide_row_rounded_apart`]). Up to that width they take a warp per row and each block
+/// rounds the whole row itself before its first product. On an H100 that paid for the 8B attention output (K =
 /// 4 096: 9.61 us a launch, 10.48 exact) and not for its down matrix (K = 14 336: 32.58 us,
 /// 23.26 exact; `bench/runs/2026-12-07-h100-3/`).
 pub fn one_matrix_rounds_row(dtype: Dtype, k: i32) -> bool {
