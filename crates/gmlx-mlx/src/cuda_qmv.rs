@@ -694,7 +694,10 @@ fn swizzled_row() -> bool {
 /// that they are in flight while it runs (on unless `GMLX_CUDA_QMV_EARLY=0`: the 8B Q4_0 decode
 /// 8 % faster on an H100, `bench/runs/2026-12-07-h100-2/`). Its L2-prefetch form
 /// (`prefetch.global.L2` before the norm) made the 8B decode 2.6 % slower on an H100
-/// (`bench/runs/2026-12-06-h100-8/`) and was removed.
+/// (`bench/runs/2026-12-06-h100-8/`) and was removed. Under 8-bit activations the loads cost
+/// registers: without them the 8B q k v kernel holds 62-72 against 95 and the gate-up kernel
+/// 54-56 against 90 (NVRTC, `bench/runs/2026-12-07-nvrtc-2/`), which lets a multiprocessor hold
+/// three and four blocks instead of two; not yet measured on a GPU that way.
 fn early_loads() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
     *ENABLED.get_or_init(|| switched_on(EARLY_VAR))

@@ -53,8 +53,8 @@ FORMS = [
         for e in (0, 1)]
      + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, e, 0, sw, 0, 64, 64, "PSCALE"]
         for e in (0, 1) for sw in (0, 1)]
-     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, b8, 0, 1, 128, 128, "PSCALE"]
-        for b8 in (0, 1)]
+     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, b8, 0, 1, 128, 128, "PSCALE"]
+        for e in (0, 1) for b8 in (0, 1)]
      + [[B, B, B, 576, 576, 192, 192, 2, "EPS", 256, 1, 0, 0, 1, 64, 64, "PSCALE"]]),
     ("qmv4_norm_three.cu", "qmv4.cuh",
      [("nw", "W")] + side("0") + side("1") + side("2") + [("x", "T")],
@@ -63,15 +63,15 @@ FORMS = [
       for sw in (0, 1)]
      + [[F, F, F, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, 0, sw, 0] for sw in (0, 1)]
      + [[B, B, F, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, 0, 1, 0]]
-     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, 1, 0, 0, 1]]),
+     + [[B, B, B, 4096, 4096, 1024, 1024, 2, "EPS", 256, e, 0, 0, 1] for e in (0, 1)]),
     ("qmv4_norm_silu.cu", "qmv4.cuh",
      [("nw", "W")] + [("wg", "uint32_t"), ("sg", "S"), ("bg", "S"),
                       ("wu", "uint32_t"), ("su", "S"), ("bu", "S"), ("x", "T")],
      ["y"], "T S W K N ROWS EPS BLOCK EARLY B8 SWZ Q8",
      [[B, B, B, k, n, 1, "EPS", 256, e, b8, sw, 0] for k, n in ((4096, 14336), (576, 1536))
       for e in (0, 1) for b8 in (0, 1) for sw in (0, 1)]
-     + [[B, B, B, k, n, 1, "EPS", 256, 1, b8, 0, 1] for k, n in ((4096, 14336), (576, 1536))
-        for b8 in (0, 1)]
+     + [[B, B, B, k, n, 1, "EPS", 256, e, b8, 0, 1] for k, n in ((4096, 14336), (576, 1536))
+        for e in (0, 1) for b8 in (0, 1)]
      + [[F, F, F, 4096, 14336, 1, "EPS", 256, 1, 0, 0, 0]]),
     ("qmv4_add.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")],

@@ -753,9 +753,10 @@ __device__ __forceinline__ void gmlx_qmv4_three_point(
 // part), each warp's first weight loads issued before the norm so that they are in flight
 // while it runs (a decode step's blocks otherwise read nothing from DRAM during their norm).
 // Q8 1: the normed row in 8-bit activations instead (gmlx_rms_norm_q8_block, 16-bit T).
+// EARLY 0: no loads before the norm (fewer registers held through it).
 template <
     int K, int N0, int N1, int N2, int ROWS, int BLOCK, typename S, typename T, typename W,
-    int B8 = 0, int SWZ = 0, int Q8 = 0>
+    int B8 = 0, int SWZ = 0, int Q8 = 0, int EARLY = 1>
 __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
     const W* nw, float eps, const T* x, T* xn,
     const uint32_t* w0, const S* s0, const S* b0,
@@ -773,22 +774,23 @@ __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
       share, w0, s0, b0, w1, s1, b1, w2, s2, b2, y0, y1, y2, wr, sr, br, &y, &n);
   const bool mine = share.matrix < 3;
   GmlxQmv4Loads<K, ROWS, S, B8> first;
-  if (mine) {
+  if (EARLY && mine) {
     first.load(wr, sr, br, threadIdx.x & 31);
   }
+  const GmlxQmv4Loads<K, ROWS, S, B8>* early = EARLY ? &first : nullptr;
   float acc[ROWS];
   if (Q8) {
     const GmlxQ8Row row = gmlx_rms_norm_q8_block<K, BLOCK>(x, nw, eps);
     if (!mine) {
       return;
     }
-    gmlx_qmv4_dot_q8<K, ROWS, S, B8>(wr, sr, br, row, acc, &first);
+    gmlx_qmv4_dot_q8<K, ROWS, S, B8>(wr, sr, br, row, acc, early);
   } else {
     gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, eps, xn);
     if (!mine) {
       return;
     }
-    gmlx_qmv4_dot<K, ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, &first);
+    gmlx_qmv4_dot<K, ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, early);
   }
   const T* no_residual = nullptr;
   const GmlxRope rotation = share.matrix < 2 ? rope : GmlxRope{nullptr, 0.0f, 0, 0};
@@ -796,10 +798,10 @@ __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
 }
 
 // gmlx_qmv4_silu_rows of xn = RMSNorm(x) for this warp's rows, its first weight loads issued
-// before the norm (as gmlx_qmv4_norm_three_early, Q8 too).
+// before the norm unless EARLY is 0 (as gmlx_qmv4_norm_three_early, Q8 too).
 template <
     int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8 = 0,
-    int SWZ = 0, int Q8 = 0>
+    int SWZ = 0, int Q8 = 0, int EARLY = 1>
 __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
     const W* nw, float eps, const T* x, T* xn,
     const uint32_t* wg, const S* sg, const S* bg,
@@ -813,22 +815,23 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
   gmlx_qmv4_point<K, ROWS, S>(wu, su, bu, N, row0, ROWS, wr, sr, br);
   const bool mine = row0 < N;
   GmlxQmv4Loads<K, 2 * ROWS, S, B8> first;
-  if (mine) {
+  if (EARLY && mine) {
     first.load(wr, sr, br, threadIdx.x & 31);
   }
+  const GmlxQmv4Loads<K, 2 * ROWS, S, B8>* early = EARLY ? &first : nullptr;
   float acc[2 * ROWS];
   if (Q8) {
     const GmlxQ8Row row = gmlx_rms_norm_q8_block<K, BLOCK>(x, nw, eps);
     if (!mine) {
       return;
     }
-    gmlx_qmv4_dot_q8<K, 2 * ROWS, S, B8>(wr, sr, br, row, acc, &first);
+    gmlx_qmv4_dot_q8<K, 2 * ROWS, S, B8>(wr, sr, br, row, acc, early);
   } else {
     gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, eps, xn);
     if (!mine) {
       return;
     }
-    gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, &first);
+    gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, early);
   }
   gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
 }

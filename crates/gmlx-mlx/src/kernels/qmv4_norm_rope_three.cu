@@ -9,7 +9,7 @@ __shared__ __align__(16) T xn[Q8 ? 1 : K];
 // the position is read before the norm, its load's wait under the norm's
 const GmlxRope rope{inv_freq, static_cast<float>(pos[0]) * __int_as_float(PSCALE), D, RD};
 if (EARLY || Q8) {
-  gmlx_qmv4_norm_three_early<K, N0, N1, N2, ROWS, BLOCK, S, T, W, B8, SWZ, Q8>(
+  gmlx_qmv4_norm_three_early<K, N0, N1, N2, ROWS, BLOCK, S, T, W, B8, SWZ, Q8, EARLY>(
       nw, __int_as_float(EPS), x, xn, w0, s0, b0, w1, s1, b1, w2, s2, b2, y0, y1, y2, rope);
 } else {
   gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, __int_as_float(EPS), xn);

@@ -6,7 +6,7 @@
 static_assert(!Q8 || sizeof(T) == 2, "8-bit activations are made from a 16-bit row");
 __shared__ __align__(16) T xn[Q8 ? 1 : K];
 if (EARLY || Q8) {
-  gmlx_qmv4_norm_silu_early<K, N, ROWS, BLOCK, S, T, W, B8, SWZ, Q8>(
+  gmlx_qmv4_norm_silu_early<K, N, ROWS, BLOCK, S, T, W, B8, SWZ, Q8, EARLY>(
       nw, __int_as_float(EPS), x, xn, wg, sg, bg, wu, su, bu, y);
 } else {
   const int row0 = gmlx_warp_index() * ROWS;

@@ -9,7 +9,7 @@
 static_assert(!Q8 || sizeof(T) == 2, "8-bit activations are made from a 16-bit row");
 __shared__ __align__(16) T xn[Q8 ? 1 : K];
 if (EARLY || Q8) {
-  gmlx_qmv4_norm_three_early<K, N0, N1, N2, ROWS, BLOCK, S, T, W, B8, SWZ, Q8>(
+  gmlx_qmv4_norm_three_early<K, N0, N1, N2, ROWS, BLOCK, S, T, W, B8, SWZ, Q8, EARLY>(
       nw, __int_as_float(EPS), x, xn, w0, s0, b0, w1, s1, b1, w2, s2, b2, y0, y1, y2,
       GmlxRope{nullptr, 0.0f, 0, 0});
 } else {
