@@ -23,7 +23,7 @@
 //! theirs, and multiplied with integer dot products ([`q8_activations`],
 //! [`one_matrix_rounds_row`]; `GMLX_CUDA_QMV_Q8=0` keeps the exact products). Where a row is too
 //! wide for each block to round it, a launch of its own may round it once for all
-//! ([`wide_row_rounded_apart`]: [`round_row`], then the rounded forms of [`matmul`] and
+//! ([`row_rounded_apart`]: [`round_row`], then the rounded forms of [`matmul`] and
 //! [`matmul_add`]).
 //!
 //! [`applies`] says when [`QuantWeight::matmul`](crate::QuantWeight::matmul) takes them: MLX's
@@ -382,7 +382,7 @@ pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
 fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Array> {
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
-    if wide_row_rounded_apart(x.dtype(), k) {
+    if row_rounded_apart(x.dtype(), k) {
         return rounded_one_matrix(x, p, residual);
     }
     let rows = rows_per_warp();
@@ -416,7 +416,7 @@ fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Arra
 }
 
 /// [`one_matrix`] with the row rounded to 8-bit activations first, in a launch of its own
-/// ([`round_row`]), which every warp then reads where it lies ([`wide_row_rounded_apart`]).
+/// ([`round_row`]), which every warp then reads where it lies ([`row_rounded_apart`]).
 fn rounded_one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Array> {
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
@@ -647,29 +647,31 @@ const ONE_MATRIX_Q8_COLUMNS: i32 = 4096;
 
 /// Whether the one-matrix kernels ([`matmul`], [`matmul_add`]) round their row of `k` values
 /// of `dtype` as the normed ones do ([`q8_activations`]): rows of up to
-/// [`ONE_MATRIX_Q8_COLUMNS`], and wider ones where a launch of their own rounds them
-/// ([`wide_row_rounded_apart`]). Up to that width they take a warp per row and each block
-/// rounds the whole row itself before its first product. On an H100 that paid for the 8B attention output (K =
+/// [`ONE_MATRIX_Q8_COLUMNS`], and those that a launch of their own rounds
+/// ([`row_rounded_apart`]). Otherwise a block of warps, a warp a row, rounds the whole row
+/// itself before its first product. On an H100 that paid for the 8B attention output (K =
 /// 4 096: 9.61 us a launch, 10.48 exact) and not for its down matrix (K = 14 336: 32.58 us,
 /// 23.26 exact; `bench/runs/2026-12-07-h100-3/`).
 pub fn one_matrix_rounds_row(dtype: Dtype, k: i32) -> bool {
-    q8_activations(dtype) && k <= ONE_MATRIX_Q8_COLUMNS || wide_row_rounded_apart(dtype, k)
+    q8_activations(dtype) && k <= ONE_MATRIX_Q8_COLUMNS || row_rounded_apart(dtype, k)
 }
 
-/// The environment variable that turns on (`1`) rounding the one-matrix kernels' wider rows
-/// in a launch of their own ([`wide_row_rounded_apart`]).
-pub const Q8_WIDE_VAR: &str = "GMLX_CUDA_QMV_Q8_WIDE";
+/// The environment variable that sets the narrowest row the one-matrix kernels take rounded
+/// by a launch of its own ([`row_rounded_apart`]).
+pub const Q8_APART_VAR: &str = "GMLX_CUDA_QMV_Q8_APART";
 
-/// Whether a one-matrix product of a row of `k` values of `dtype`, wider than
-/// [`ONE_MATRIX_Q8_COLUMNS`], takes 8-bit activations all the same: a launch of its own rounds
-/// the row once (1 792 threads for the 8B down product), and the product's warps read it from
-/// global memory (`GMLX_CUDA_QMV_Q8_WIDE=1`, with [`q8_activations`]; off until measured on a
-/// GPU). That down kernel is 80 registers in NVRTC's sm_90 code where rounding the row in each
-/// block made it 167 (`tools/bench/device/nvrtc_check.py`).
-fn wide_row_rounded_apart(dtype: Dtype, k: i32) -> bool {
-    static ENABLED: OnceLock<bool> = OnceLock::new();
-    let on = *ENABLED.get_or_init(|| cuda_kernel::opted_in(Q8_WIDE_VAR));
-    on && q8_activations(dtype) && k > ONE_MATRIX_Q8_COLUMNS
+/// Whether a one-matrix product of a row of `k` values of `dtype` takes it rounded to 8-bit
+/// activations by a launch of its own (1 792 threads for the 8B down product), its warps
+/// reading the rounded row from global memory: rows of at least `GMLX_CUDA_QMV_Q8_APART`
+/// values (up to 1 048 576; unset or 0: none, the default until measured on a GPU), with
+/// [`q8_activations`]. That down kernel is 80 registers in NVRTC's sm_90 code where rounding the
+/// row in each block made it 167 (`bench/runs/2026-12-07-nvrtc-2/`). `4097` takes the 8B down
+/// product only, `4096` its output projection too.
+fn row_rounded_apart(dtype: Dtype, k: i32) -> bool {
+    static NARROWEST: OnceLock<i32> = OnceLock::new();
+    let narrowest =
+        *NARROWEST.get_or_init(|| cuda_kernel::int_setting(Q8_APART_VAR, 0..=1 << 20, 0));
+    narrowest > 0 && k >= narrowest && q8_activations(dtype)
 }
 
 /// The environment variable that turns on (`1`) the normed kernels' swizzled row

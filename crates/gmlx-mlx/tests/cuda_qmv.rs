@@ -5,8 +5,8 @@
 //! launch, the SwiGLU of two, each also with the RMSNorm of its row in the launch; a product
 //! with the residual added) against the same reference, the normed ones of MLX's own
 //! `rms_norm` of the row (for 16-bit rows, unless `GMLX_CUDA_QMV_Q8=0`, the normed kernels and
-//! the one-matrix ones up to 4 096 columns against the row rounded to 8 bits per value as they
-//! round it). Runs where MLX's CUDA backend is
+//! the one-matrix ones up to 4 096 columns, or as wide as `GMLX_CUDA_QMV_Q8_APART` says, against
+//! the row rounded to 8 bits per value as they round it). Runs where MLX's CUDA backend is
 //! loaded (the rented GPU machine); elsewhere it says so and passes, as the kernels are never
 //! taken there. MLX's `qmv` is only compared where it can read the row: in MLX 0.32.2 it faults
 //! ("misaligned address") on a 2-byte element 2 bytes off a 4-byte boundary.

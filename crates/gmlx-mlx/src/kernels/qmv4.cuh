@@ -652,7 +652,7 @@ __device__ __forceinline__ GmlxQ8Row gmlx_q8_row_block(const T* x) {
   return GmlxQ8Row{reinterpret_cast<const int4*>(codes), d, dsum};
 }
 
-// A row of K values rounded once for every block that multiplies it (GMLX_CUDA_QMV_Q8_WIDE):
+// A row of K values rounded once for every block that multiplies it (GMLX_CUDA_QMV_Q8_APART):
 // K / 4 words of codes in GmlxQ8Row's order, then d and d * sum(q) per group, K / 32 floats
 // each. gmlx_q8_round_row writes it, a thread per chunk of 8 values (every lane of a warp must
 // reach it); gmlx_q8_rounded_row reads it where it lies, in global memory.
