@@ -67,23 +67,29 @@ const MAX_GROUP: i32 = 8;
 
 /// Keys per pass of a block for heads of `head_dim` values ([`per`] 8-value rows a thread).
 pub fn chunk(head_dim: i32) -> i32 {
-    per() * THREADS * 8 / head_dim.max(1)
+    chunk_of(per(), head_dim)
+}
+
+/// Keys per pass for heads of `head_dim` values, `per` 8-value rows a thread.
+fn chunk_of(per: i32, head_dim: i32) -> i32 {
+    per * THREADS * 8 / head_dim.max(1)
 }
 
 /// The largest static shared memory a kernel may declare.
 const SHARED_BYTES: i32 = 48 * 1024;
 
-/// The kernel's shared memory for `group` query heads of `head_dim` values: each head's scores
-/// for a pass, each row group's partial sums, three statistics per head, one flag.
-fn shared_bytes(head_dim: i32, group: i32) -> i32 {
+/// The kernel's shared memory for `group` query heads of `head_dim` values, `chunk` keys a pass:
+/// each head's scores for a pass, each row group's partial sums, three statistics per head, one
+/// flag.
+fn shared_bytes(chunk: i32, head_dim: i32, group: i32) -> i32 {
     let rows = THREADS * 8 / head_dim.max(1);
-    4 * (group * chunk(head_dim) + rows * group * head_dim + 3 * group) + 4
+    4 * (group * chunk + rows * group * head_dim + 3 * group) + 4
 }
 
-/// Thread blocks per key/value head for `keys` keys of `head_dim` values: ranges of whole
-/// passes, as even as they come, at most `target` blocks in all ([`target_blocks`]).
-fn splits(keys: i32, head_dim: i32, kv_heads: i32, target: i32) -> i32 {
-    let passes = (keys + chunk(head_dim) - 1) / chunk(head_dim);
+/// Thread blocks per key/value head for `keys` keys, `chunk` a pass: ranges of whole passes, as
+/// even as they come, at most `target` blocks in all ([`target_blocks`]).
+fn splits(keys: i32, chunk: i32, kv_heads: i32, target: i32) -> i32 {
+    let passes = (keys + chunk - 1) / chunk;
     let most = (target / kv_heads).max(1);
     let per_split = (passes + most - 1) / most;
     (passes + per_split - 1) / per_split
@@ -192,7 +198,7 @@ pub fn fits(d: &Decode<'_>) -> bool {
         && kv_heads <= MAX_KV_HEADS
         && (8..=256).contains(&dim)
         && (dim as u32).is_power_of_two()
-        && shared_bytes(dim, heads / kv_heads) <= SHARED_BYTES
+        && shared_bytes(chunk(dim), dim, heads / kv_heads) <= SHARED_BYTES
         && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
         && [d.k, d.v, d.keys, d.values]
             .iter()
@@ -217,7 +223,7 @@ pub fn decode(d: Decode<'_>) -> Result<Array> {
     }
     let (heads, kv_heads, dim) = (d.q.shape()[1], d.k.shape()[1], d.q.shape()[3]);
     let group = heads / kv_heads;
-    let splits = splits(d.len + 1, dim, kv_heads, target_blocks());
+    let splits = splits(d.len + 1, chunk(dim), kv_heads, target_blocks());
     let width = [1, 1, heads * dim];
     let part = [kv_heads * splits * group * (dim + 2)];
     let inputs = [
@@ -274,32 +280,41 @@ mod tests {
 
     #[test]
     fn blocks_split_the_keys_evenly_within_the_target() {
-        // Llama-3-8B's attention: 8 key/value heads of 128 values, 64 keys a pass
-        assert_eq!(chunk(128), 64);
+        // Llama-3-8B's attention: 8 key/value heads of 128 values, 64 keys a pass by default
+        let c = chunk_of(8, 128);
+        assert_eq!(c, 64);
         let t = TARGET_BLOCKS;
-        assert_eq!(splits(1, 128, 8, t), 1);
-        assert_eq!(splits(640, 128, 8, t), 10);
-        assert_eq!(splits(8193, 128, 8, t), 33);
+        assert_eq!(splits(1, c, 8, t), 1);
+        assert_eq!(splits(640, c, 8, t), 10);
+        assert_eq!(splits(8193, c, 8, t), 33);
         // 34 passes over at most 33 blocks: two passes each, none left empty
-        assert_eq!(splits(33 * 64 + 6, 128, 8, t), 17);
-        assert_eq!(splits(100_000, 64, 3, t), 87);
+        assert_eq!(splits(33 * 64 + 6, c, 8, t), 17);
+        assert_eq!(splits(100_000, chunk_of(8, 64), 3, t), 87);
         // after 8 000 tokens: 126 passes, four per block by default, one each from 1 008 blocks
-        assert_eq!(splits(8001, 128, 8, t), 32);
-        assert_eq!(splits(8001, 128, 8, 1008), 126);
-        assert_eq!(splits(8001, 128, 8, 512), 63);
+        assert_eq!(splits(8001, c, 8, t), 32);
+        assert_eq!(splits(8001, c, 8, 1008), 126);
+        assert_eq!(splits(8001, c, 8, 512), 63);
         // fewer blocks than heads: one block per head
-        assert_eq!(splits(8001, 128, 8, 4), 1);
+        assert_eq!(splits(8001, c, 8, 4), 1);
+        // 4 rows a thread: 32 keys a pass, 251 passes after 8 000 tokens, 8 a block at 264
+        assert_eq!(chunk_of(4, 128), 32);
+        assert_eq!(splits(8001, chunk_of(4, 128), 8, t), 32);
+        assert_eq!(splits(8001, chunk_of(4, 128), 8, 528), 63);
     }
 
     #[test]
     fn shared_memory_bounds_the_groups_of_small_heads() {
-        assert!(shared_bytes(128, 8) <= SHARED_BYTES);
-        assert!(shared_bytes(64, 8) <= SHARED_BYTES);
-        assert!(shared_bytes(256, 8) <= SHARED_BYTES);
+        let bytes = |per, d, g| shared_bytes(chunk_of(per, d), d, g);
+        assert!(bytes(8, 128, 8) <= SHARED_BYTES);
+        assert!(bytes(8, 64, 8) <= SHARED_BYTES);
+        assert!(bytes(8, 256, 8) <= SHARED_BYTES);
         // 1 024 keys a pass for heads of 8 values: six heads' scores overflow
-        assert!(shared_bytes(8, 5) <= SHARED_BYTES);
-        assert!(shared_bytes(8, 6) > SHARED_BYTES);
-        assert!(shared_bytes(16, 8) > SHARED_BYTES);
+        assert!(bytes(8, 8, 5) <= SHARED_BYTES);
+        assert!(bytes(8, 8, 6) > SHARED_BYTES);
+        assert!(bytes(8, 16, 8) > SHARED_BYTES);
+        // shorter passes leave room for them
+        assert!(bytes(4, 8, 6) <= SHARED_BYTES);
+        assert!(bytes(4, 16, 8) <= SHARED_BYTES);
     }
 
     #[test]

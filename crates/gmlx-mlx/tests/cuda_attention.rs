@@ -159,8 +159,8 @@ fn the_cuda_decode_attention_matches_the_reference() {
             &mut rng,
         );
     }
-    // more passes than blocks: each block loops over several (129 passes over 33 blocks; 34
-    // over 17)
+    // more passes than blocks: each block loops over several (with 8 rows a thread, 129 passes
+    // over 33 blocks and 34 over 17; with fewer, more passes)
     let s = Heads {
         h: 32,
         hkv: 8,
