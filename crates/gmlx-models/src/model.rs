@@ -89,10 +89,17 @@ impl Model {
     /// caches are `caches[b]`; float32 logits `[B, vocab]` (continuous batching). Every matmul
     /// runs once over the rows; rotation, caches and attention run per row.
     pub fn forward_rows(&self, tokens: &[u32], caches: &mut [&mut SequenceCache]) -> Result<Array> {
+        let ids = Array::from_slice(tokens, &[tokens.len() as i32, 1]);
+        self.forward_row_ids(&ids, caches)
+    }
+
+    /// [`Model::forward_rows`] of token ids `[B, 1]` (uint32) that may still be on the device,
+    /// not yet computed (drawn there by the step before, which is then read back after this
+    /// one is submitted).
+    pub fn forward_row_ids(&self, ids: &Array, caches: &mut [&mut SequenceCache]) -> Result<Array> {
         let _host = gmlx_mlx::quant::host_products();
-        let batch = tokens.len() as i32;
-        let ids = Array::from_slice(tokens, &[batch, 1]);
-        let mut ctx = ForwardCtx::cached(&ids, caches);
+        let batch = ids.shape()[0];
+        let mut ctx = ForwardCtx::cached(ids, caches);
         let logits = self
             .decoder
             .run(&mut ctx, Pass::logits(Logits::Last), &mut Direct)?;

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use gmlx_models::SamplingParams;
 use gmlx_serve::engine::{Event, ValidRequest};
-use gmlx_serve::{Engine, EngineOptions};
+use gmlx_serve::{Engine, EngineOptions, ReadAhead};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -27,6 +27,7 @@ fn main() {
         EngineOptions {
             batch_width: width,
             queue_cap: width,
+            read_ahead: ReadAhead::default(),
         },
     )
     .expect("start the engine");

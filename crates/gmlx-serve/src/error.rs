@@ -88,6 +88,9 @@ pub enum Error {
     ContextOverflow { needed: usize, context: usize },
     #[error("generation failed: {source}")]
     Engine { source: gmlx_models::Error },
+    /// A state the scheduler never leaves a row in (a bug, not the request's fault).
+    #[error("internal error: {0}")]
+    Internal(&'static str),
     /// A batched step failed; every row in it gets the one error.
     #[error("generation failed: {source}")]
     Batch { source: Arc<Error> },

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use config::{ModelEntry, Profile, ServeConfig};
-pub use engine::{Engine, EngineOptions};
+pub use engine::{Engine, EngineOptions, ReadAhead};
 pub use error::{Error, Result};
 
 /// Binds the address, then serves HTTP until SIGTERM/SIGINT (blocking) while the models
@@ -77,6 +77,7 @@ pub fn load_models(config: &ServeConfig) -> Result<state::Models> {
     let options = EngineOptions {
         batch_width: config.batch_width,
         queue_cap: config.queue_cap,
+        read_ahead: ReadAhead::default(),
     };
     let mut models = BTreeMap::new();
     for entry in &config.models {

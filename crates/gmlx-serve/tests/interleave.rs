@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use gmlx_models::SamplingParams;
 use gmlx_serve::engine::{Event, ValidRequest};
-use gmlx_serve::{Engine, EngineOptions};
+use gmlx_serve::{Engine, EngineOptions, ReadAhead};
 use tokio::sync::mpsc::error::TryRecvError;
 
 #[test]
@@ -16,6 +16,7 @@ fn running_streams_keep_streaming_while_a_long_prompt_prefills() {
         EngineOptions {
             batch_width: 4,
             queue_cap: 4,
+            read_ahead: ReadAhead::default(),
         },
     )
     .expect("start the engine");

@@ -64,7 +64,7 @@ pub fn prometheus(state: &State) -> Response<Body> {
         .iter()
         .map(|(id, m)| (id, m.engine.stats()))
         .collect();
-    let gauges: [EngineFigure; 7] = [
+    let gauges: [EngineFigure; 8] = [
         (
             "gmlx_generated_tokens_total",
             "counter",
@@ -76,6 +76,12 @@ pub fn prometheus(state: &State) -> Response<Body> {
             "counter",
             "Generations finished.",
             |s| s.requests_done as f64,
+        ),
+        (
+            "gmlx_read_ahead_steps_total",
+            "counter",
+            "Decode steps submitted before the tokens of the step before were read.",
+            |s| s.read_ahead_steps as f64,
         ),
         (
             "gmlx_queue_depth",

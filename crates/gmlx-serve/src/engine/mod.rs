@@ -25,6 +25,35 @@ pub struct EngineOptions {
     pub batch_width: usize,
     /// Most requests waiting for a row.
     pub queue_cap: usize,
+    /// Whether a decode step is submitted before the tokens of the one before are read.
+    pub read_ahead: ReadAhead,
+}
+
+/// When the scheduler submits a decode step before reading the tokens of the step before
+/// (its input is then those tokens as the device drew them): only where every running row draws
+/// on the device without needing its last token first (no log-probabilities, schema or
+/// penalties) and has more than one token left.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReadAhead {
+    /// Where the model runs on a GPU: there the host builds and submits the next step while
+    /// the device computes this one. On the CPU the same work would only come later: a step's
+    /// tokens would stream one step late.
+    #[default]
+    OnGpu,
+    Always,
+    Never,
+}
+
+impl ReadAhead {
+    fn applies(self) -> bool {
+        match self {
+            ReadAhead::OnGpu => {
+                gmlx_mlx::device::current() != Some(gmlx_mlx::device::DeviceKind::Cpu)
+            }
+            ReadAhead::Always => true,
+            ReadAhead::Never => false,
+        }
+    }
 }
 
 pub(crate) enum Command {
@@ -40,6 +69,8 @@ pub(crate) struct Shared {
     pub active: AtomicUsize,
     pub generated_tokens: AtomicU64,
     pub requests_done: AtomicU64,
+    /// Decode steps submitted before the tokens of the step before were read.
+    pub read_ahead_steps: AtomicU64,
     /// f64 bits: aggregate decode tokens per second of the recent steps.
     pub tokens_per_s: AtomicU64,
     pub mlx_active_bytes: AtomicU64,
@@ -54,6 +85,9 @@ pub struct EngineStats {
     pub batch_width: usize,
     pub generated_tokens: u64,
     pub requests_done: u64,
+    /// Decode steps submitted before the tokens of the step before were read
+    /// ([`ReadAhead`]).
+    pub read_ahead_steps: u64,
     pub decode_tokens_per_s: f64,
     pub mlx_active_bytes: u64,
     pub mlx_peak_bytes: u64,
@@ -203,6 +237,7 @@ impl Engine {
             batch_width: self.options.batch_width,
             generated_tokens: s.generated_tokens.load(Ordering::Relaxed),
             requests_done: s.requests_done.load(Ordering::Relaxed),
+            read_ahead_steps: s.read_ahead_steps.load(Ordering::Relaxed),
             decode_tokens_per_s: f64::from_bits(s.tokens_per_s.load(Ordering::Relaxed)),
             mlx_active_bytes: s.mlx_active_bytes.load(Ordering::Relaxed),
             mlx_peak_bytes: s.mlx_peak_bytes.load(Ordering::Relaxed),

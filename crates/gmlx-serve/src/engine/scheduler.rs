@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gmlx_mlx::Array;
-use gmlx_models::generate::{prefill_on_device, step_rows};
-use gmlx_models::{Loaded, Sequence, SequenceCache, SequenceOptions, TokenId};
+use gmlx_models::generate::{device_sampling, host_logits, prefill_on_device};
+use gmlx_models::sample::device::draw_row;
+use gmlx_models::{Loaded, Sequence, SequenceCache, SequenceOptions, Step, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::request::{Done, Event, TokenOut, ValidRequest};
@@ -28,8 +29,12 @@ struct Row<'t> {
     sequence: Sequence<'t>,
     /// Prompt tokens already run through the model; the row decodes once all are.
     prefilled: usize,
-    /// Logits for the next token, on the device (once prefilled).
+    /// Logits for the next token, on the device (once prefilled), where its draw is still to
+    /// be planned.
     logits: Option<Array>,
+    /// The next token, drawn on the device and submitted with the step that read it ahead,
+    /// not read yet (instead of `logits`).
+    token: Option<Array>,
     /// Which of the request's choices this row generates.
     index: u32,
     /// Choices still to fork from this row once its prompt is prefilled.
@@ -117,7 +122,7 @@ pub(crate) fn run(
         if emitted == 0 {
             continue;
         }
-        if let Err(e) = step(loaded, &mut rows, shared) {
+        if let Err(e) = step(loaded, &mut rows, shared, options.read_ahead.applies()) {
             let source = Arc::new(e);
             for row in rows.drain(..) {
                 let _ = row.sink.send(Event::Failed(Error::Batch {
@@ -218,6 +223,7 @@ fn admit<'t>(
         sequence,
         prefilled: 0,
         logits: None,
+        token: None,
         index: 0,
         forks_due: request.n.saturating_sub(1),
         request,
@@ -238,6 +244,7 @@ fn fork<'t>(loaded: &'t Loaded, row: &mut Row<'t>) -> Result<Vec<Row<'t>>> {
                 cache: row.cache.clone(),
                 prefilled: row.prefilled,
                 logits: row.logits.clone(),
+                token: None,
                 index: i as u32,
                 forks_due: 0,
                 sink: row.sink.clone(),
@@ -248,61 +255,62 @@ fn fork<'t>(loaded: &'t Loaded, row: &mut Row<'t>) -> Result<Vec<Row<'t>>> {
 }
 
 /// Samples one token for every prefilled row, streams it, drops finished or abandoned rows,
-/// and runs the survivors' tokens through the model together.
-fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()> {
-    let mut next: Vec<TokenId> = Vec::with_capacity(rows.len());
-    let mut keep = Vec::with_capacity(rows.len());
-    // the rows with logits are the prefilled ones; they take a step
-    let stepping: Vec<bool> = rows.iter().map(|row| row.logits.is_some()).collect();
-    let (mut sequences, logits): (Vec<_>, Vec<_>) = rows
-        .iter_mut()
-        .filter_map(|row| Some((&mut row.sequence, row.logits.take()?)))
-        .unzip();
-    let mut steps = step_rows(&mut sequences, &logits)?.into_iter();
-    for (row, stepping) in rows.iter_mut().zip(stepping) {
-        let Some(step) = stepping.then(|| steps.next()).flatten() else {
-            keep.push(true);
-            continue;
-        };
-        let (token, finish) = (step.token, step.finish);
-        shared.generated_tokens.fetch_add(1, Ordering::Relaxed);
-        let sent = row.sink.send(Event::Token(TokenOut {
-            index: row.index,
-            token,
-            text: step.text,
-            logprob: step.logprob,
-        }));
-        let alive = match (sent, finish) {
-            (Err(_), _) => false, // the client went away
-            (Ok(()), Some(finish)) => {
-                shared.requests_done.fetch_add(1, Ordering::Relaxed);
-                row.request.span.in_scope(|| {
-                    tracing::debug!(
-                        finish = finish.as_str(),
-                        completion_tokens = row.sequence.generated(),
-                        "done"
-                    );
-                });
-                // out of the gauge before its client hears it is done (a `/metrics` read right
-                // after the response must not count it)
-                let _ = shared
-                    .active
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                        Some(n.saturating_sub(1))
-                    });
-                let _ = row.sink.send(Event::Done(Done {
-                    index: row.index,
-                    finish,
-                    prompt_tokens: row.request.prompt.len(),
-                    completion_tokens: row.sequence.generated(),
-                }));
-                false
+/// and runs the survivors' tokens through the model together. With `read_ahead` (where every
+/// running row allows it, [`ReadAhead`](super::ReadAhead)) the survivors' next step is
+/// submitted before this one's tokens are read: its input is those tokens as the device drew
+/// them, and each row's next draw is planned before its token is accepted (the sampler's plans
+/// do not depend on the tokens then).
+fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared, read_ahead: bool) -> Result<()> {
+    // the prefilled rows take a step: each draws its token on the device where it can
+    let on_device = device_sampling();
+    let mut stepping = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter_mut().enumerate() {
+        if row.token.is_none() {
+            let Some(logits) = row.logits.take() else {
+                continue;
+            };
+            match on_device.then(|| row.sequence.device_draw()).flatten() {
+                Some(draw) => {
+                    let row_logits = logits.reshape(&[-1]).map_err(gmlx_models::Error::from)?;
+                    row.token = Some(draw_row(&row_logits, &draw)?);
+                }
+                None => row.logits = Some(logits),
             }
-            (Ok(()), None) => true,
-        };
-        keep.push(alive);
-        if alive {
-            next.push(token);
+        }
+        stepping.push(i);
+    }
+    let ahead = read_ahead
+        && stepping.iter().all(|&i| {
+            let row = &rows[i];
+            row.token.is_some()
+                && row.sequence.remaining() > 1
+                && !row.sequence.draw_needs_history()
+        });
+    let following = match ahead {
+        true => {
+            shared.read_ahead_steps.fetch_add(1, Ordering::Relaxed);
+            submit_ahead(loaded, rows, &stepping)?
+        }
+        false => Vec::new(),
+    };
+    let drawn: Vec<&Array> = stepping
+        .iter()
+        .filter_map(|&i| rows[i].token.as_ref())
+        .collect();
+    gmlx_mlx::mlx_rs::transforms::eval(drawn).map_err(gmlx_models::Error::from)?;
+    let mut keep = vec![true; rows.len()];
+    let mut next: Vec<TokenId> = Vec::with_capacity(stepping.len());
+    for (j, &i) in stepping.iter().enumerate() {
+        let row = &mut rows[i];
+        let step = take_step(row)?;
+        let token = step.token;
+        if !stream(row, step, shared) {
+            keep[i] = false;
+            continue;
+        }
+        match following.get(j) {
+            Some(following) => row.token = Some(following.clone()),
+            None => next.push(token),
         }
     }
     let mut i = 0;
@@ -310,6 +318,9 @@ fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()>
         i += 1;
         keep[i - 1]
     });
+    if ahead {
+        return Ok(());
+    }
     let mut decoding: Vec<&mut Row<'_>> = rows.iter_mut().filter(|r| r.is_prefilled()).collect();
     if decoding.is_empty() {
         return Ok(());
@@ -322,4 +333,96 @@ fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared) -> Result<()>
         row.logits = Some(own.map_err(gmlx_models::Error::from)?);
     }
     Ok(())
+}
+
+/// The next step of rows `stepping` (each holding its token as the device drew it, not read),
+/// built from those tokens and submitted; each row's next token, drawn on the device.
+fn submit_ahead(loaded: &Loaded, rows: &mut [Row<'_>], stepping: &[usize]) -> Result<Vec<Array>> {
+    let tokens = stepping
+        .iter()
+        .filter_map(|&i| rows[i].token.as_ref())
+        .map(|t| t.reshape(&[1, 1]))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(gmlx_models::Error::from)?;
+    let ids = gmlx_mlx::ops::concatenate(&tokens, 0).map_err(gmlx_models::Error::from)?;
+    let _step = tracing::debug_span!("decode_step_ahead", rows = stepping.len()).entered();
+    let logits = {
+        let mut caches: Vec<&mut SequenceCache> = rows
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| stepping.contains(i))
+            .map(|(_, r)| &mut r.cache)
+            .collect();
+        loaded.model.forward_row_ids(&ids, &mut caches)?
+    };
+    let mut following = Vec::with_capacity(stepping.len());
+    for (j, &i) in stepping.iter().enumerate() {
+        let Some(draw) = rows[i].sequence.device_draw() else {
+            return Err(Error::Internal("a row read ahead without a device draw"));
+        };
+        let own = gmlx_mlx::slicing::slice_axis(&logits, 0, j as i32, j as i32 + 1)
+            .map_err(gmlx_models::Error::from)?;
+        following.push(draw_row(
+            &own.reshape(&[-1]).map_err(gmlx_models::Error::from)?,
+            &draw,
+        )?);
+    }
+    gmlx_mlx::mlx_rs::transforms::async_eval(following.iter()).map_err(gmlx_models::Error::from)?;
+    Ok(following)
+}
+
+/// The row's step: its device-drawn token read and accepted, or its token picked from its
+/// logits on the host.
+fn take_step(row: &mut Row<'_>) -> Result<Step> {
+    if let Some(token) = row.token.take() {
+        return Ok(row.sequence.accept(token.as_slice::<u32>()[0])?);
+    }
+    let logits = row
+        .logits
+        .take()
+        .ok_or_else(|| Error::Internal("a stepping row without a token or logits"))?;
+    let mut host = host_logits(&logits)?
+        .pop()
+        .ok_or(gmlx_models::Error::EmptyPrompt)?;
+    Ok(row.sequence.step(&mut host)?)
+}
+
+/// Sends the row's step to its client (and its end where it finished); whether the row goes on.
+fn stream(row: &mut Row<'_>, step: Step, shared: &Shared) -> bool {
+    let (token, finish) = (step.token, step.finish);
+    shared.generated_tokens.fetch_add(1, Ordering::Relaxed);
+    let sent = row.sink.send(Event::Token(TokenOut {
+        index: row.index,
+        token,
+        text: step.text,
+        logprob: step.logprob,
+    }));
+    match (sent, finish) {
+        (Err(_), _) => false, // the client went away
+        (Ok(()), Some(finish)) => {
+            shared.requests_done.fetch_add(1, Ordering::Relaxed);
+            row.request.span.in_scope(|| {
+                tracing::debug!(
+                    finish = finish.as_str(),
+                    completion_tokens = row.sequence.generated(),
+                    "done"
+                );
+            });
+            // out of the gauge before its client hears it is done (a `/metrics` read right
+            // after the response must not count it)
+            let _ = shared
+                .active
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                    Some(n.saturating_sub(1))
+                });
+            let _ = row.sink.send(Event::Done(Done {
+                index: row.index,
+                finish,
+                prompt_tokens: row.request.prompt.len(),
+                completion_tokens: row.sequence.generated(),
+            }));
+            false
+        }
+        (Ok(()), None) => true,
+    }
 }
