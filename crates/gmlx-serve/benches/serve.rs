@@ -1,6 +1,7 @@
 //! Aggregate decode throughput of the engine at 1, 2, 4 and 8 concurrent streams on the
 //! default model, as a ratio to one stream. `cargo xtask bench serve` runs it and keeps the
-//! JSON line. Args: `--tokens N` per stream (default 64), `--streams 1,2,4,8`.
+//! JSON line. Args: `--tokens N` per stream (default 64), `--streams 1,2,4,8`, `--read-ahead
+//! gpu|always|never` (the scheduler's [`ReadAhead`], `gpu` by default).
 use std::time::Instant;
 
 use gmlx_models::SamplingParams;
@@ -21,13 +22,22 @@ fn main() {
         .filter_map(|s| s.parse().ok())
         .collect();
     let width = streams.iter().copied().max().unwrap_or(8);
+    let read_ahead = match arg("--read-ahead").as_deref() {
+        None | Some("gpu") => ReadAhead::OnGpu,
+        Some("always") => ReadAhead::Always,
+        Some("never") => ReadAhead::Never,
+        Some(other) => {
+            eprintln!("serve bench: --read-ahead {other}: expected gpu, always or never");
+            std::process::exit(2);
+        }
+    };
     let path = gmlx_models::default_model::fetch().expect("the default model");
     let (engine, tokenizer) = Engine::start(
         &gmlx_serve::ServeConfig::single(&path).models[0],
         EngineOptions {
             batch_width: width,
             queue_cap: width,
-            read_ahead: ReadAhead::default(),
+            read_ahead,
         },
     )
     .expect("start the engine");
@@ -87,6 +97,10 @@ fn main() {
             rate / base
         ));
     }
+    println!(
+        "read-ahead {read_ahead:?}: {} decode steps submitted before the step before was read",
+        engine.stats().read_ahead_steps
+    );
     println!(
         "json: {{\"bench\":\"serve\",\"model\":\"{}\",\"tokens_per_stream\":{tokens},\"rows\":[{}]}}",
         gmlx_models::default_model::FILE_NAME,

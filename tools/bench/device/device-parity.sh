@@ -9,8 +9,9 @@
 # products with 8-bit activations, and its exact one).
 set -u
 . tools/bench/device/env.sh
-M=/root/model/smollm2-135m-instruct-q4_1.gguf
-[ -f $M ] || cat /root/model/part.aa .devm2/part.ab > $M
+# where gmlx looks for its default model (GMLX_CACHE_DIR, env.sh), for device-serve.sh too
+M=$GMLX_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -f $M ] || { mkdir -p ${M%/*} && cat /root/model/part.aa .devm2/part.ab > $M; }
 G=crates/gmlx-models/tests/goldens/smollm2_q4_1.json
 P=$(python3 -c "import json; print(json.load(open('$G'))['prompt'])")
 outs=()
