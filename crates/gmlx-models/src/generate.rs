@@ -99,36 +99,20 @@ pub fn device_sampling() -> bool {
     std::env::var("GMLX_DEVICE_SAMPLING").map_or(true, |v| v != "0")
 }
 
-/// One step of several sequences: each picks its next token from its row of logits (on the
-/// device, one evaluation for all of them, where [`Sequence::device_draw`] allows and device
-/// sampling is on; from a host copy of its row otherwise) and advances by it.
-pub fn step_rows(sequences: &mut [&mut Sequence<'_>], logits: &[Array]) -> Result<Vec<Step>> {
-    let on_device = device_sampling();
-    let mut drawn = Vec::with_capacity(sequences.len());
-    for (sequence, row) in sequences.iter_mut().zip(logits) {
-        let draw = if on_device {
-            sequence.device_draw()
-        } else {
-            None
-        };
-        drawn.push(match draw {
-            Some(draw) => Some(draw_row(&row.reshape(&[-1])?, &draw)?),
-            None => None,
-        });
+/// `sequence`'s next token drawn on the device from its row of `logits` (`[vocab]` or `[1,
+/// vocab]`; not evaluated yet) where [`Sequence::device_draw`] allows; `None` where it must pick
+/// on the host ([`host_step`]).
+pub fn device_token(sequence: &mut Sequence<'_>, logits: &Array) -> Result<Option<Array>> {
+    match sequence.device_draw() {
+        Some(draw) => Ok(Some(draw_row(&logits.reshape(&[-1])?, &draw)?)),
+        None => Ok(None),
     }
-    gmlx_mlx::mlx_rs::transforms::eval(drawn.iter().flatten())?;
-    sequences
-        .iter_mut()
-        .zip(logits)
-        .zip(drawn)
-        .map(|((sequence, row), token)| match token {
-            Some(token) => sequence.accept(token.as_slice::<u32>()[0]),
-            None => {
-                let mut row = host_logits(row)?.pop().ok_or(Error::EmptyPrompt)?;
-                sequence.step(&mut row)
-            }
-        })
-        .collect()
+}
+
+/// Advances `sequence` by the token it picks from a host copy of its row of `logits`.
+pub fn host_step(sequence: &mut Sequence<'_>, logits: &Array) -> Result<Step> {
+    let mut row = host_logits(logits)?.pop().ok_or(Error::EmptyPrompt)?;
+    sequence.step(&mut row)
 }
 
 /// What the next step starts from.

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gmlx_mlx::Array;
-use gmlx_models::generate::{device_sampling, host_logits, prefill_on_device};
-use gmlx_models::sample::device::draw_row;
+use gmlx_models::generate::{device_sampling, device_token, host_step, prefill_on_device};
 use gmlx_models::{Loaded, Sequence, SequenceCache, SequenceOptions, Step, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -269,11 +268,12 @@ fn step(loaded: &Loaded, rows: &mut Vec<Row<'_>>, shared: &Shared, read_ahead: b
             let Some(logits) = row.logits.take() else {
                 continue;
             };
-            match on_device.then(|| row.sequence.device_draw()).flatten() {
-                Some(draw) => {
-                    let row_logits = logits.reshape(&[-1]).map_err(gmlx_models::Error::from)?;
-                    row.token = Some(draw_row(&row_logits, &draw)?);
-                }
+            let token = match on_device {
+                true => device_token(&mut row.sequence, &logits)?,
+                false => None,
+            };
+            match token {
+                Some(token) => row.token = Some(token),
                 None => row.logits = Some(logits),
             }
         }
@@ -357,15 +357,12 @@ fn submit_ahead(loaded: &Loaded, rows: &mut [Row<'_>], stepping: &[usize]) -> Re
     };
     let mut following = Vec::with_capacity(stepping.len());
     for (j, &i) in stepping.iter().enumerate() {
-        let Some(draw) = rows[i].sequence.device_draw() else {
-            return Err(Error::Internal("a row read ahead without a device draw"));
-        };
         let own = gmlx_mlx::slicing::slice_axis(&logits, 0, j as i32, j as i32 + 1)
             .map_err(gmlx_models::Error::from)?;
-        following.push(draw_row(
-            &own.reshape(&[-1]).map_err(gmlx_models::Error::from)?,
-            &draw,
-        )?);
+        let Some(token) = device_token(&mut rows[i].sequence, &own)? else {
+            return Err(Error::Internal("a row read ahead without a device draw"));
+        };
+        following.push(token);
     }
     gmlx_mlx::mlx_rs::transforms::async_eval(following.iter()).map_err(gmlx_models::Error::from)?;
     Ok(following)
@@ -381,10 +378,7 @@ fn take_step(row: &mut Row<'_>) -> Result<Step> {
         .logits
         .take()
         .ok_or_else(|| Error::Internal("a stepping row without a token or logits"))?;
-    let mut host = host_logits(&logits)?
-        .pop()
-        .ok_or(gmlx_models::Error::EmptyPrompt)?;
-    Ok(row.sequence.step(&mut host)?)
+    Ok(host_step(&mut row.sequence, &logits)?)
 }
 
 /// Sends the row's step to its client (and its end where it finished); whether the row goes on.
