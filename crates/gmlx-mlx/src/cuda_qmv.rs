@@ -392,27 +392,17 @@ fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Arra
         Some(_) => Kernel::Add,
         None => Kernel::One,
     };
-    let mut inputs = operands(&p)?.to_vec();
-    inputs.push(x.clone());
-    inputs.extend(residual.cloned());
-    let shape = out_shape(x, n);
-    let outputs = launch(
-        which,
-        &inputs,
-        &[&shape],
-        &types(x, p.scales.dtype(), None),
-        &[
-            (c"K", k),
-            (c"N", n),
-            (c"ROWS", rows),
-            (c"SPLIT", split),
-            (c"B8", derived_biases(&[p])),
-            (c"Q8", i32::from(q8)),
-            (c"BLOCK", 32 * which.warps_per_block()),
-        ],
-        split_grid(which, n, rows, split),
-    )?;
-    cuda_kernel::single(Kernel::One.spec(), outputs)
+    let ints = [
+        (c"K", k),
+        (c"N", n),
+        (c"ROWS", rows),
+        (c"SPLIT", split),
+        (c"B8", derived_biases(&[p])),
+        (c"Q8", i32::from(q8)),
+        (c"BLOCK", 32 * which.warps_per_block()),
+    ];
+    let grid = split_grid(which, n, rows, split);
+    launch_one(which, x, x.clone(), p, residual, &ints, grid)
 }
 
 /// [`one_matrix`] with the row rounded to 8-bit activations first, in a launch of its own
@@ -425,22 +415,38 @@ fn rounded_one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Res
         Some(_) => Kernel::AddRounded,
         None => Kernel::Rounded,
     };
+    let ints = [
+        (c"K", k),
+        (c"N", n),
+        (c"ROWS", rows),
+        (c"B8", derived_biases(&[p])),
+    ];
+    let grid = grid(which, (n + rows - 1) / rows);
+    launch_one(which, x, round_row(x, k)?, p, residual, &ints, grid)
+}
+
+/// One launch of a one-matrix kernel `which` on `row` (`x`, or what was made of it), with the
+/// residual where given: its product `[..., N]` in `x`'s dtype.
+fn launch_one(
+    which: Kernel,
+    x: &Array,
+    row: Array,
+    p: Packed<'_>,
+    residual: Option<&Array>,
+    ints: &[(&CStr, i32)],
+    grid: (i32, i32),
+) -> Result<Array> {
     let mut inputs = operands(&p)?.to_vec();
-    inputs.push(round_row(x, k)?);
+    inputs.push(row);
     inputs.extend(residual.cloned());
-    let shape = out_shape(x, n);
+    let shape = out_shape(x, p.w.shape()[0]);
     let outputs = launch(
         which,
         &inputs,
         &[&shape],
         &types(x, p.scales.dtype(), None),
-        &[
-            (c"K", k),
-            (c"N", n),
-            (c"ROWS", rows),
-            (c"B8", derived_biases(&[p])),
-        ],
-        grid(which, (n + rows - 1) / rows),
+        ints,
+        grid,
     )?;
     cuda_kernel::single(Kernel::One.spec(), outputs)
 }
