@@ -5,7 +5,7 @@
 # are normalized. Run from tools/bench/device with the NVRTC venv after
 #   for f in $(ls crates/gmlx-mlx/src/kernels); do
 #     git show 9a667b9:crates/gmlx-mlx/src/kernels/$f > /tmp/oldk/$f; done
-import ctypes, re, sys
+import sys
 sys.path.insert(0, ".")
 import nvrtc_check as n
 lib, inc = n.nvrtc()
@@ -13,21 +13,7 @@ NEW = n.KERNELS
 
 
 def ptx(src):
-    prog = ctypes.c_void_p()
-    lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"k.cu", 0, None, None)
-    opts = [b"--gpu-architecture=compute_90", f"-I{inc}".encode(), b"--std=c++17",
-            b"--device-as-default-execution-space"]
-    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-    size = ctypes.c_size_t()
-    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
-    buf = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetPTX(prog, buf)
-    body = [l for l in buf.value.decode().splitlines()
-            if not l.strip().startswith("//") and ".entry" not in l and "_param_" not in l]
-    text = re.sub(r"_ZZ[A-Za-z0-9_]*", "SHARED", "\n".join(body))
-    seen = {}
-    return rc, re.sub(r"%[a-z]+[0-9]+",
-                      lambda m: seen.setdefault(m.group(0), f"%r{len(seen)}"), text)
+    return n.ptx(lib, inc, src)
 
 
 same = True

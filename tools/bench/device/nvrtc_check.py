@@ -132,6 +132,28 @@ def compile_one(lib, include, source):
     return rc, log.value.decode(errors="replace")
 
 
+def ptx(lib, include, source):
+    """NVRTC's PTX of `source` for compute_90 and its return code, normalized so that kernels
+    that differ only in names compare equal: comments, the entry's and parameters' names and
+    the mangled names of shared arrays (which carry the template values) dropped, registers
+    renamed in order of first appearance."""
+    prog = ctypes.c_void_p()
+    lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"k.cu", 0, None, None)
+    opts = [b"--gpu-architecture=compute_90", f"-I{include}".encode(), b"--std=c++17",
+            b"--device-as-default-execution-space"]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    buf = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetPTX(prog, buf)
+    body = [l for l in buf.value.decode().splitlines()
+            if not l.strip().startswith("//") and ".entry" not in l and "_param_" not in l]
+    text = re.sub(r"_ZZ[A-Za-z0-9_]*", "SHARED", "\n".join(body))
+    seen = {}
+    return rc, re.sub(r"%[a-z]+[0-9]+",
+                      lambda m: seen.setdefault(m.group(0), f"%r{len(seen)}"), text)
+
+
 def kernel_source(body_file, header, inputs, outputs, params, values):
     names = params.split()
     types = {"T", "S", "W"}
