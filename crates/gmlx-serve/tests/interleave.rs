@@ -1,41 +1,19 @@
 //! A long prompt arriving while a stream decodes is prefilled a chunk per step: the running
 //! stream keeps getting tokens until the new request's first token comes.
-use std::collections::BTreeMap;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use gmlx_models::SamplingParams;
-use gmlx_serve::engine::{Event, ValidRequest};
-use gmlx_serve::{Engine, EngineOptions, ReadAhead};
+use gmlx_serve::engine::Event;
+use gmlx_serve::ReadAhead;
 use tokio::sync::mpsc::error::TryRecvError;
 
 #[test]
 fn running_streams_keep_streaming_while_a_long_prompt_prefills() {
-    let path = gmlx_models::default_model::fetch().expect("the default model");
-    let (engine, tokenizer) = Engine::start(
-        &gmlx_serve::ServeConfig::single(&path).models[0],
-        EngineOptions {
-            batch_width: 4,
-            queue_cap: 4,
-            read_ahead: ReadAhead::default(),
-        },
-    )
-    .expect("start the engine");
-    let never_end: BTreeMap<u32, f32> =
-        tokenizer.eog_ids().iter().map(|&id| (id, -100.0)).collect();
-    let request = |id: &str, text: &str, max_tokens: usize| ValidRequest {
-        id: id.to_owned(),
-        prompt: tokenizer.encode(text, true, false).expect("encode"),
-        max_tokens,
-        sampling: SamplingParams {
-            logit_bias: never_end.clone(),
-            ..SamplingParams::default()
-        },
-        stop: Vec::new(),
-        logprobs: None,
-        ignore_eos: false,
-        constraint: None,
-        n: 1,
-        span: tracing::Span::none(),
+    let (engine, tokenizer) = common::engine(4, ReadAhead::default());
+    let request = |id: &str, text: &str, max_tokens: usize| {
+        common::request(&tokenizer, id, text, max_tokens, SamplingParams::default())
     };
     let mut running = engine
         .submit(request("running", "Tell me a long story.", 400))

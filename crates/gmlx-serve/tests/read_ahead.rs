@@ -2,25 +2,16 @@
 //! changes when the host learns the tokens, never which: the same concurrent requests (seeded
 //! draws, greedy, a stop string that ends a row while the others go on, a row with a
 //! different budget) give the same tokens with it as without.
-use std::collections::BTreeMap;
+mod common;
 
 use gmlx_models::SamplingParams;
 use gmlx_serve::engine::{Event, ValidRequest};
-use gmlx_serve::{Engine, EngineOptions, ReadAhead};
+use gmlx_serve::ReadAhead;
 use gmlx_tokenizer::Tokenizer;
 
-/// Each request's tokens, in the order streamed, and how it finished.
+/// Each request's tokens, in the order streamed, and how it finished; the steps read ahead.
 fn run(read_ahead: ReadAhead) -> (Vec<(Vec<u32>, String)>, u64) {
-    let path = gmlx_models::default_model::fetch().expect("the default model");
-    let (engine, tokenizer) = Engine::start(
-        &gmlx_serve::ServeConfig::single(&path).models[0],
-        EngineOptions {
-            batch_width: 4,
-            queue_cap: 4,
-            read_ahead,
-        },
-    )
-    .expect("start the engine");
+    let (engine, tokenizer) = common::engine(4, read_ahead);
     let receivers: Vec<_> = requests(&tokenizer)
         .into_iter()
         .map(|r| engine.submit(r).expect("submit"))
@@ -43,24 +34,9 @@ fn run(read_ahead: ReadAhead) -> (Vec<(Vec<u32>, String)>, u64) {
 }
 
 fn requests(tokenizer: &Tokenizer) -> Vec<ValidRequest> {
-    let never_end: BTreeMap<u32, f32> =
-        tokenizer.eog_ids().iter().map(|&id| (id, -100.0)).collect();
-    let request =
-        |id: &str, text: &str, max_tokens: usize, sampling: SamplingParams| ValidRequest {
-            id: id.to_owned(),
-            prompt: tokenizer.encode(text, true, false).expect("encode"),
-            max_tokens,
-            sampling: SamplingParams {
-                logit_bias: never_end.clone(),
-                ..sampling
-            },
-            stop: Vec::new(),
-            logprobs: None,
-            ignore_eos: false,
-            constraint: None,
-            n: 1,
-            span: tracing::Span::none(),
-        };
+    let request = |id: &str, text: &str, max_tokens: usize, sampling: SamplingParams| {
+        common::request(tokenizer, id, text, max_tokens, sampling)
+    };
     let seeded = |seed| SamplingParams {
         temperature: 0.9,
         top_p: 0.95,
