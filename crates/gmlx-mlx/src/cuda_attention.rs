@@ -34,7 +34,7 @@ pub const PER_VAR: &str = "GMLX_CUDA_ATTENTION_PER";
 /// NVRTC's sm_90 code for the Llama-3-8B shape holds 191 registers a thread with 8, two blocks
 /// of 128 threads a multiprocessor, and 128 with 4, four blocks, each pass half as long
 /// (`tools/bench/device/nvrtc_check.py`); not yet measured on a GPU.
-fn per() -> i32 {
+pub(crate) fn per() -> i32 {
     static PER: OnceLock<i32> = OnceLock::new();
     *PER.get_or_init(|| match cuda_kernel::int_setting(PER_VAR, 2..=8, 8) {
         n @ (2 | 4 | 8) => n,
@@ -63,7 +63,7 @@ fn target_blocks() -> i32 {
 const MAX_KV_HEADS: i32 = 4096;
 
 /// Query heads per key/value head a block takes at most.
-const MAX_GROUP: i32 = 8;
+pub(crate) const MAX_GROUP: i32 = 8;
 
 /// Keys per pass of a block for heads of `head_dim` values ([`per`] 8-value rows a thread).
 pub fn chunk(head_dim: i32) -> i32 {
@@ -76,7 +76,7 @@ fn chunk_of(per: i32, head_dim: i32) -> i32 {
 }
 
 /// The largest static shared memory a kernel may declare.
-const SHARED_BYTES: i32 = 48 * 1024;
+pub(crate) const SHARED_BYTES: i32 = 48 * 1024;
 
 /// The kernel's shared memory for `group` query heads of `head_dim` values, `chunk` keys a pass:
 /// each head's scores for a pass, each row group's partial sums, three statistics per head, one
@@ -259,7 +259,7 @@ pub fn decode(d: Decode<'_>) -> Result<Array> {
 
 /// This thread's counters (uint32 zeros, evaluated once): every launch leaves them at zero,
 /// and a thread's launches run in order on its stream.
-fn counters() -> Result<Array> {
+pub(crate) fn counters() -> Result<Array> {
     thread_local! {
         static COUNTERS: OnceLock<Array> = const { OnceLock::new() };
     }

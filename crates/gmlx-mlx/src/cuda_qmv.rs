@@ -69,7 +69,7 @@ pub const CENTERED_VAR: &str = "GMLX_CUDA_QMV_CENTERED";
 /// -8 times the scales) unless `GMLX_CUDA_QMV_CENTERED=0`: the kernels compute the biases from
 /// the scales instead of reading them, a tenth of a 4-bit matrix's bytes a product (the 8B Q4_0
 /// decode 5 % faster on an H100, `bench/runs/2026-12-07-h100-2/`).
-fn derived_biases(p: &[Packed<'_>]) -> i32 {
+pub(crate) fn derived_biases(p: &[Packed<'_>]) -> i32 {
     static ENABLED: OnceLock<bool> = OnceLock::new();
     let on = *ENABLED.get_or_init(|| switched_on(CENTERED_VAR));
     i32::from(on && p.iter().all(|m| m.centered))
@@ -82,7 +82,7 @@ pub const SPLIT_VAR: &str = "GMLX_CUDA_QMV_SPLIT";
 /// The environment variable that turns off (`0`) the normed kernels' early weight loads.
 pub const EARLY_VAR: &str = "GMLX_CUDA_QMV_EARLY";
 
-const HEADER: &str = include_str!("kernels/qmv4.cuh");
+pub(crate) const HEADER: &str = include_str!("kernels/qmv4.cuh");
 
 /// Rows of the matrix per warp (each activation converted once serves them all):
 /// `GMLX_CUDA_QMV_ROWS` (1 to 16), 2 by default. [`silu_glu`] takes half as many rows of each
@@ -313,7 +313,7 @@ fn heads_shape(x: &Array, n: i32, head_dim: i32) -> Vec<i32> {
 }
 
 /// The operands of one matrix: codes, scales, biases.
-fn operands(p: &Packed<'_>) -> Result<[Array; 3]> {
+pub(crate) fn operands(p: &Packed<'_>) -> Result<[Array; 3]> {
     let Some(biases) = p.biases else {
         return Err(kernel_error("an affine matrix without biases"));
     };

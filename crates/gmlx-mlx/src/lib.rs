@@ -22,6 +22,7 @@ pub mod cpu_attend;
 pub mod cpu_qmm;
 pub mod cuda_attention;
 mod cuda_kernel;
+pub mod cuda_layer;
 pub mod cuda_q6k;
 pub mod cuda_qmv;
 pub mod custom_vjp;

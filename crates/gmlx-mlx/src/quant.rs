@@ -978,6 +978,18 @@ impl QuantWeight {
         Ok(matches!(route(x, &p)?, Route::CudaVector).then_some(p))
     }
 
+    /// This weight's packed view for gmlx's decode-layer kernel ([`crate::cuda_layer`]): on a
+    /// GPU, not training, with the fused kernels on, a packed weight as it is held (not a compact
+    /// one MLX would widen). The kernel checks the view's form and shape.
+    pub(crate) fn layer_view(&self) -> Option<Packed<'_>> {
+        let View::Packed(p) = self.view() else {
+            return None;
+        };
+        let on_gpu = crate::device::current() != Some(crate::device::DeviceKind::Cpu);
+        let training = TRAINING.with(|f| f.get());
+        (on_gpu && !training && !self.compact() && crate::cuda_qmv::fusion_enabled()).then_some(p)
+    }
+
     /// `[x @ W^T]` for three weights in one CUDA launch ([`crate::cuda_qmv::matmul_three`]), or
     /// `None` (nothing done) where that kernel does not take all three: the caller then
     /// multiplies each with [`QuantWeight::matmul`], which gives the same values.

@@ -104,6 +104,17 @@ FORMS = [
      [[B, 128, 4, 8, 8, 128, "SCALE", ve] for ve in (0, 1)]
      + [[B, 128, 4, 8, per, 128, "SCALE", 0] for per in (2, 4)]
      + [[B, 64, 3, 3, 8, 128, "SCALE", ve] for ve in (0, 1)]),
+    ("layer_decode.cu", "qmv4.cuh+attend.cuh+layer.cuh",
+     [("x", "T"), ("an", "W")] + side("q") + side("k") + side("v")
+     + [("inv_freq", "float"), ("pos", "int32_t"), ("kc", "T"), ("kc_shape", "Shape"),
+        ("vc", "T"), ("counters", "uint32_t")] + side("o") + [("fw", "W")] + side("g")
+     + side("u") + side("d") + [("sync", "uint32_t")],
+     ["y", "q", "k", "v", "att", "h", "act", "part"],
+     "T S W K NQ NKV F D G HKV RD ROWS BLOCK EPS FEPS PSCALE SCALE PER B8A B8O B8U B8D",
+     [[B, B, B, 576, 576, 192, 1536, 64, 3, 3, 64, 2, 256, "EPS", "EPS", "PSCALE", "SCALE",
+       8, b8, b8, b8, b8] for b8 in (0, 1)]
+     + [[F, F, F, 2048, 2048, 2048, 8192, 64, 1, 32, 64, 2, 256, "EPS", "EPS", "PSCALE",
+         "SCALE", 8, 0, 0, 0, 0]]),
     ("q6k_mv.cu", "q6k.cuh", [("w", "uint8_t"), ("x", "T")], ["y"], "T K N INFLIGHT",
      [[B, 4096, 128256, i] for i in (1, 2, 4)] + [[F, 14336, 4096, 4]]),
     ("q6k_dequantize.cu", "q6k.cuh", [("w", "uint8_t"), ("w_shape", "Shape")], ["y"], "T K",
@@ -166,7 +177,7 @@ def kernel_source(body_file, header, inputs, outputs, params, values):
     args += [f"{o[1]}* {o[0]}" if isinstance(o, tuple) else f"float* {o}" if o == "part"
              else f"T* {o}" for o in outputs]
     body = open(os.path.join(KERNELS, body_file)).read()
-    head = open(os.path.join(KERNELS, header)).read()
+    head = "".join(open(os.path.join(KERNELS, h)).read() for h in header.split("+"))
     literal = [str(BITS.get(v, v)) for v in values]
     inst = ", ".join(literal)
     concrete = dict(zip(names, literal))

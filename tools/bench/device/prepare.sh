@@ -42,14 +42,16 @@ bench=$(cargo bench -p gmlx-models --bench train_attention --no-run 2>&1 | sed -
 kernel_test=$(cargo test --release -p gmlx-mlx --test cuda_qmv --no-run 2>&1 | sed -n 's/.*(\(.*cuda_qmv-[0-9a-f]*\)).*/\1/p')
 attention_test=$(cargo test --release -p gmlx-mlx --test cuda_attention --no-run 2>&1 | sed -n 's/.*(\(.*cuda_attention-[0-9a-f]*\)).*/\1/p')
 q6k_test=$(cargo test --release -p gmlx-mlx --test cuda_q6k --no-run 2>&1 | sed -n 's/.*(\(.*cuda_q6k-[0-9a-f]*\)).*/\1/p')
+layer_test=$(cargo test --release -p gmlx-mlx --test cuda_layer --no-run 2>&1 | sed -n 's/.*(\(.*cuda_layer-[0-9a-f]*\)).*/\1/p')
 serve_bench=$(cargo bench -p gmlx-serve --bench serve --no-run 2>&1 | sed -n 's/.*(\(.*serve-[0-9a-f]*\)).*/\1/p')
 cp "$target/release/gmlx" "$target/release/xtask" "$tmp/pkg/bin/"
 cp "$bench" "$tmp/pkg/bin/train_attention"
 cp "$kernel_test" "$tmp/pkg/bin/test_cuda_qmv"
 cp "$attention_test" "$tmp/pkg/bin/test_cuda_attention"
 cp "$q6k_test" "$tmp/pkg/bin/test_cuda_q6k"
+cp "$layer_test" "$tmp/pkg/bin/test_cuda_layer"
 cp "$serve_bench" "$tmp/pkg/bin/serve_bench"
-strip "$tmp"/pkg/bin/{gmlx,xtask,train_attention,test_cuda_qmv,test_cuda_attention,test_cuda_q6k,serve_bench}
+strip "$tmp"/pkg/bin/{gmlx,xtask,train_attention,test_cuda_qmv,test_cuda_attention,test_cuda_q6k,test_cuda_layer,serve_bench}
 for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
   cp -L "/lib/x86_64-linux-gnu/$l" "$tmp/pkg/bin/lib/"
 done

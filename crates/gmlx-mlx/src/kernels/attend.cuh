@@ -72,7 +72,8 @@ __device__ __forceinline__ void gmlx_attend_rows(
   }
 }
 
-// VE: a pass's value rows are loaded with its key rows, into registers of their own (one wait
+// Block `block` of the HKV * splits the launch has (blockIdx.x in a launch of its own; gmlx's
+// decode-layer kernel takes them in turn). VE: a pass's value rows are loaded with its key rows, into registers of their own (one wait
 // on memory a pass instead of two, for PER * 16 or 32 bytes more registers a thread); else
 // after the pass's softmax, into the key rows' registers.
 template <typename T, int D, int G, int PER, int BLOCK, int VE>
@@ -88,7 +89,8 @@ __device__ __forceinline__ void gmlx_attend_decode(
     T* out,
     float* part,
     float scale_log2,
-    int splits) {
+    int splits,
+    unsigned int block) {
   constexpr int LPK = D / 8;
   constexpr int ROWS = BLOCK / LPK;
   constexpr int CHUNK = ROWS * PER;
@@ -100,8 +102,8 @@ __device__ __forceinline__ void gmlx_attend_decode(
   // per query head: running maximum, running total, the last pass's rescaling
   __shared__ float stats[G][3];
   __shared__ bool last;
-  const int g = blockIdx.x / splits;
-  const int s = blockIdx.x % splits;
+  const int g = block / splits;
+  const int s = block % splits;
   const int keys_seen = pos + 1;
   const int chunks = (keys_seen + CHUNK - 1) / CHUNK;
   const int per_split = (chunks + splits - 1) / splits;
@@ -230,7 +232,7 @@ __device__ __forceinline__ void gmlx_attend_decode(
     }
   }
   __syncthreads();
-  float* mine = part + static_cast<size_t>(blockIdx.x) * G * (D + 2);
+  float* mine = part + static_cast<size_t>(block) * G * (D + 2);
   for (int x = t; x < G * D; x += BLOCK) {
     const int h = x / D;
     const int d = x % D;

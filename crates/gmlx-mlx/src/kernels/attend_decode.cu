@@ -5,4 +5,4 @@
 gmlx_attend_decode<T, D, G, PER, BLOCK, VE>(
     q, k, v, const_cast<T*>(kc), const_cast<T*>(vc), kc_shape[2], pos[0],
     const_cast<unsigned int*>(counters), out, part,
-    __int_as_float(SCALE) * 1.4426950408889634f, gridDim.x / HKV);
+    __int_as_float(SCALE) * 1.4426950408889634f, gridDim.x / HKV, blockIdx.x);

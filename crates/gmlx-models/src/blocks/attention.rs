@@ -420,6 +420,79 @@ impl Attention {
         self.attn_output.forward_residual(&out, x)
     }
 
+    /// The whole block of one token of one sequence in gmlx's decode-layer CUDA kernel
+    /// ([`gmlx_mlx::cuda_layer`]): `h = x + attention(norm(x))`, then `h + mlp(ffn_norm(h))`
+    /// for the feed-forward's plain SwiGLU layers `mlp` (gate, up, down); `None` (nothing done)
+    /// where the kernel does not take the block: plain grouped-query attention of three plain
+    /// projections, rotated as the fused kernels rotate, over a full cache on the GPU.
+    pub fn decode_block(
+        &self,
+        x: &Array,
+        norm: &RmsNorm,
+        mlp: [&Linear; 3],
+        ffn_norm: &RmsNorm,
+        layer: usize,
+        ctx: &mut ForwardCtx<'_, '_>,
+    ) -> Result<Option<Array>> {
+        let one_token = x.ndim() == 3 && x.shape()[..2] == [1, 1] && ctx.positions.len() == 1;
+        if !gmlx_mlx::cuda_layer::enabled()
+            || !one_token
+            || !ctx.is_cached()
+            || !self.rotates_plainly()
+            || self.sinks.is_some()
+            || self.window.is_some()
+            || x.shape()[2] > gmlx_mlx::cuda_layer::MAX_HIDDEN
+        {
+            return Ok(None);
+        }
+        let Some([q, k, v]) = self.qkv.separate() else {
+            return Ok(None);
+        };
+        if ![q, k, v, &self.attn_output].iter().all(|l| l.is_plain()) {
+            return Ok(None);
+        }
+        let Some(position) = ctx.first_position() else {
+            return Ok(None);
+        };
+        let Some(rope) = self.rope.fused(&position, self.head_dim) else {
+            return Ok(None);
+        };
+        let at = ctx.positions[0];
+        let Some(LayerCache::FullKv(cache)) = ctx.layer_cache(0, layer) else {
+            return Ok(None);
+        };
+        let Some(room) = cache.room_for_one(self.n_kv_heads, self.head_dim, x.dtype()) else {
+            return Ok(None);
+        };
+        let (keys, values, len) = room?;
+        if len != at {
+            return Ok(None);
+        }
+        let [gate, up, down] = mlp;
+        let block = gmlx_mlx::cuda_layer::Block {
+            x,
+            attn_norm: norm.fused(),
+            q: &q.weight,
+            k: &k.weight,
+            v: &v.weight,
+            rope,
+            keys: &keys,
+            values: &values,
+            len,
+            scale: self.scale(),
+            output: &self.attn_output.weight,
+            ffn_norm: ffn_norm.fused(),
+            gate: &gate.weight,
+            up: &up.weight,
+            down: &down.weight,
+        };
+        let out = gmlx_mlx::cuda_layer::decode(block)?;
+        if out.is_some() {
+            cache.wrote_one();
+        }
+        Ok(out)
+    }
+
     /// [`Attention::forward_residual`] with the rotation on its own.
     fn forward_residual_unrotated(
         &self,

@@ -200,6 +200,15 @@ impl DecoderLayer {
         if let Some(out) = self.forward_host(x, layer, ctx)? {
             return Ok(out);
         }
+        if let (Mixer::Attention(attention), Some(norm), Ffn::Dense(mlp), Some(ffn_norm)) =
+            (&self.mixer, &self.attn_norm, &self.ffn, &self.ffn_norm)
+        {
+            if let Some(layers) = mlp.plain_layers() {
+                if let Some(out) = attention.decode_block(x, norm, layers, ffn_norm, layer, ctx)? {
+                    return Ok(out);
+                }
+            }
+        }
         // each half's norm and residual add go with its attention or dense MLP, which can take
         // them into their CUDA launches
         let h = match (&self.mixer, &self.attn_norm) {

@@ -97,6 +97,16 @@ impl SwiGlu {
         self.glu.apply(&gate, &up)
     }
 
+    /// The gate, up and down layers of a SwiGLU whose three layers are plain (no bias or
+    /// adapter): what gmlx's decode-layer CUDA kernel computes.
+    pub fn plain_layers(&self) -> Option<[&Linear; 3]> {
+        (self.plain_silu() && self.ffn_down.is_plain()).then_some([
+            &self.ffn_gate,
+            &self.ffn_up,
+            &self.ffn_down,
+        ])
+    }
+
     /// A SwiGLU of layers without bias or adapter (what the fused kernels compute).
     fn plain_silu(&self) -> bool {
         self.glu == Glu::Silu && self.ffn_gate.is_plain() && self.ffn_up.is_plain()

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use gmlx_mlx::cuda_attention::{self, Decode};
 use gmlx_mlx::slicing::{slice, slice_update};
-use gmlx_mlx::{ops, Array};
+use gmlx_mlx::{ops, Array, Dtype};
 
 use super::{Attended, KeyMask};
 use crate::error::Result;
@@ -245,10 +245,45 @@ impl FullKv {
         }
         let out = cuda_attention::decode(decode).map_err(Into::into);
         if out.is_ok() {
-            self.keys.advance(1);
-            self.values.advance(1);
+            self.wrote_one();
         }
         Some(out)
+    }
+
+    /// The key and value buffers with room for one more position after the `len` filled, held
+    /// by this cache alone, for a kernel that writes the token's key and value there in place
+    /// (as gmlx's decode-layer kernel does; [`FullKv::wrote_one`] then counts them), and `len`:
+    /// rows of `kv_heads` heads of `head_dim` values in `dtype`. `None` where the cache is on
+    /// the host or keeps an indexer's keys.
+    pub fn room_for_one(
+        &mut self,
+        kv_heads: i32,
+        head_dim: i32,
+        dtype: Dtype,
+    ) -> Option<Result<(Array, Array, i32)>> {
+        if self.host.is_some() || self.indexer_keys.is_some() {
+            return None;
+        }
+        let len = self.len();
+        if self.values.len() != len {
+            return None;
+        }
+        let shape = [1, kv_heads, 1, head_dim];
+        let reserved = (
+            self.keys.reserve_for(&shape, dtype),
+            self.values.reserve_for(&shape, dtype),
+        );
+        Some(match reserved {
+            (Ok(keys), Ok(values)) => Ok((keys.clone(), values.clone(), len)),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        })
+    }
+
+    /// Counts the position a kernel wrote into both buffers after the filled part
+    /// ([`FullKv::room_for_one`]).
+    pub fn wrote_one(&mut self) {
+        self.keys.advance(1);
+        self.values.advance(1);
     }
 }
 
@@ -308,12 +343,16 @@ impl Buffer {
     /// this buffer alone (a shared one is copied), for a kernel that writes `x` there in place;
     /// [`Buffer::advance`] then counts it.
     pub fn reserve_in_place(&mut self, x: &Array) -> Result<&Array> {
-        let shape = x.shape();
+        self.reserve_for(x.shape(), x.dtype())
+    }
+
+    /// [`Buffer::reserve_in_place`] for rows of `shape` (`[batch, heads, n, width]`) and `dtype`.
+    pub fn reserve_for(&mut self, shape: &[i32], dtype: Dtype) -> Result<&Array> {
         let needed = self.len + shape[2];
         let shared = Arc::strong_count(&self.owner) > 1;
         if self.data.is_none() || needed > self.capacity() || shared {
             let capacity = room_for(needed).max(self.capacity());
-            self.data = Some(grow(self.data.take(), shape, capacity, self.len, x)?);
+            self.data = Some(grow(self.data.take(), shape, capacity, self.len, dtype)?);
             self.owner = Arc::default();
         }
         match &self.data {
@@ -335,7 +374,13 @@ impl Buffer {
         let needed = self.len + n;
         if needed > self.capacity() {
             let capacity = room_for(needed);
-            self.data = Some(grow(self.data.take(), &shape, capacity, self.len, x)?);
+            self.data = Some(grow(
+                self.data.take(),
+                &shape,
+                capacity,
+                self.len,
+                x.dtype(),
+            )?);
         }
         let Some(data) = self.data.take() else {
             unreachable!("the buffer exists after growing");
@@ -360,8 +405,8 @@ fn room_for(needed: i32) -> i32 {
 }
 
 /// A buffer of `capacity` positions holding the first `len` positions of `old`.
-fn grow(old: Option<Array>, shape: &[i32], capacity: i32, len: i32, like: &Array) -> Result<Array> {
-    let fresh = ops::zeros_dtype(&[shape[0], shape[1], capacity, shape[3]], like.dtype())?;
+fn grow(old: Option<Array>, shape: &[i32], capacity: i32, len: i32, dtype: Dtype) -> Result<Array> {
+    let fresh = ops::zeros_dtype(&[shape[0], shape[1], capacity, shape[3]], dtype)?;
     match old {
         Some(old) if len > 0 => {
             let s = old.shape().to_vec();
