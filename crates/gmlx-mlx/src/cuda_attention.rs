@@ -263,15 +263,7 @@ pub(crate) fn counters() -> Result<Array> {
     thread_local! {
         static COUNTERS: OnceLock<Array> = const { OnceLock::new() };
     }
-    COUNTERS.with(|cell| {
-        if let Some(c) = cell.get() {
-            return Ok(c.clone());
-        }
-        let zeros = crate::ops::zeros_dtype(&[MAX_KV_HEADS], Dtype::Uint32)?;
-        zeros.eval()?;
-        let _ = cell.set(zeros.clone());
-        Ok(zeros)
-    })
+    cuda_kernel::thread_words(&COUNTERS, MAX_KV_HEADS)
 }
 
 #[cfg(test)]

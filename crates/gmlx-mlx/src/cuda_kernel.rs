@@ -204,6 +204,24 @@ fn launch_new(
     with_kernel(spec, |kernel| apply(spec, kernel, inputs, config.0))
 }
 
+/// The uint32 zeros `[len]` that `cell` keeps for this thread, made and evaluated at the first
+/// call: words that kernels write in place and leave at zero (or count on), shared by a
+/// thread's launches, which run in order on its stream.
+pub(crate) fn thread_words(
+    cell: &'static std::thread::LocalKey<OnceLock<Array>>,
+    len: i32,
+) -> Result<Array> {
+    cell.with(|cell| {
+        if let Some(w) = cell.get() {
+            return Ok(w.clone());
+        }
+        let zeros = crate::ops::zeros_dtype(&[len], Dtype::Uint32)?;
+        zeros.eval()?;
+        let _ = cell.set(zeros.clone());
+        Ok(zeros)
+    })
+}
+
 /// Whether MLX runs on its CUDA backend (where gmlx's kernels can run at all).
 pub(crate) fn on_cuda() -> bool {
     crate::runtime::backend().is_ok_and(|b| b == Backend::Cuda)

@@ -304,15 +304,7 @@ fn barrier_words() -> Result<Array> {
     thread_local! {
         static WORDS: OnceLock<Array> = const { OnceLock::new() };
     }
-    WORDS.with(|cell| {
-        if let Some(w) = cell.get() {
-            return Ok(w.clone());
-        }
-        let zeros = crate::ops::zeros_dtype(&[2], Dtype::Uint32)?;
-        zeros.eval()?;
-        let _ = cell.set(zeros.clone());
-        Ok(zeros)
-    })
+    cuda_kernel::thread_words(&WORDS, 2)
 }
 
 #[cfg(test)]
