@@ -6,7 +6,8 @@
 #                                          gmlx has fetched it
 #   tools/bench/device/prepare.sh slim     take tests/fixtures out of the index (it travels
 #                                          otherwise: the tracked tree is ~90 MB, one call
-#                                          carries 64 MiB); commit nothing while slim
+#                                          carries 64 MiB); commit nothing while slim (a
+#                                          pre-commit hook it installs refuses such a commit)
 #   tools/bench/device/prepare.sh unslim   put it back
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -15,6 +16,16 @@ case "${1:-}" in
   slim)
     git rm -r --cached -q tests/fixtures
     grep -qx "/tests/fixtures/" $exclude || echo "/tests/fixtures/" >> $exclude
+    # a commit while slim would delete the fixtures: a local hook refuses one
+    hook="$(git rev-parse --git-path hooks)/pre-commit"
+    if [ ! -e "$hook" ]; then
+      mkdir -p "$(dirname "$hook")"
+      printf '%s\n' '#!/bin/sh' \
+        'if git diff --cached --name-status | grep -q "^D[[:space:]]*tests/fixtures/"; then' \
+        '  echo "pre-commit: the index is slim (tests/fixtures out of it): prepare.sh unslim" >&2' \
+        '  exit 1' 'fi' > "$hook"
+      chmod +x "$hook"
+    fi
     exit 0 ;;
   unslim)
     git reset -q -- tests/fixtures
