@@ -11,8 +11,9 @@
 // v); the attention of the token, its key and value written into the caches (att); h = x +
 // Wo att; RMSNorm of h and silu(G hn) * (U hn) (act); y = h + Wd act. Each stage computes what
 // gmlx's kernel of its own computes with exact (not 8-bit) activations, with the same device
-// functions. Rows written by one stage are read by the next through plain or L2 loads: no
-// thread block loads them before they are written, so no cache holds an older copy.
+// functions. Rows written by one stage are read by the next through plain loads or L2 loads
+// (`__ldcg`), never the read-only path: after the barrier's fences every block sees them, as
+// after a cooperative launch's grid sync.
 
 // Waits until every thread block of the launch has reached the same call (every thread of
 // each block must reach it); writes before it are visible to every block after it. `sync`:

@@ -23,7 +23,8 @@ gmlx_layer_attend<T, D, G, HKV, PER, BLOCK>(
 gmlx_grid_sync(barrier);
 gmlx_layer_add<NQ, K, ROWS, S, T, B8O>(wo, so, bo, att, x, h);
 gmlx_grid_sync(barrier);
-gmlx_rms_norm_block<K, BLOCK>(h, fw, __int_as_float(FEPS), xn);
+// h was written by other blocks in this launch: read from L2, not the read-only path
+gmlx_rms_norm_block<K, BLOCK, 0, T, W, 0>(h, fw, __int_as_float(FEPS), xn);
 gmlx_layer_silu<K, F, (ROWS / 2 > 0 ? ROWS / 2 : 1), S, T, B8U>(wg, sg, bg, wu, su, bu, xn, act);
 gmlx_grid_sync(barrier);
 gmlx_layer_add<F, K, ROWS, S, T, B8D>(wd, sd, bd, act, h, y);

@@ -406,9 +406,11 @@ __device__ __forceinline__ void gmlx_qmv4_three(
 
 // The row's values for gmlx_rms_norm_block: thread t loads chunks t, t + BLOCK, ... (PER values
 // of 16 bytes each) into v, and the block's 1 / sqrt(mean(x^2) + eps) is returned (every thread
-// of the block must reach it). The row is read once, 16 bytes per load where it is aligned, all
-// of a thread's loads issued before any is used.
-template <int K, int BLOCK, int PER, int MINE, typename T>
+// of the block must reach it). NC 0: the row's aligned loads go to L2 (`__ldcg`), not through the
+// read-only path, for a row other blocks wrote in the same launch (layer.cuh). The row is read
+// once, 16 bytes per load where it is aligned, all of a thread's loads issued before any is
+// used.
+template <int K, int BLOCK, int PER, int MINE, typename T, int NC = 1>
 __device__ __forceinline__ float gmlx_rms_inv_block(const T* x, float eps, float (&v)[MINE][PER]) {
   constexpr int CHUNKS = K / PER;
   __shared__ float partial[BLOCK / 32];
@@ -418,7 +420,8 @@ __device__ __forceinline__ float gmlx_rms_inv_block(const T* x, float eps, float
     const int c = threadIdx.x + m * BLOCK;
     if (c < CHUNKS) {
       if (aligned) {
-        uint4 raw = __ldg(reinterpret_cast<const uint4*>(x) + c);
+        const uint4* p = reinterpret_cast<const uint4*>(x) + c;
+        uint4 raw = NC ? __ldg(p) : __ldcg(p);
         const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
@@ -490,14 +493,14 @@ __device__ __forceinline__ void gmlx_rms_normed_chunk(
 // cache, where a separate norm would be one more operation for the host to build and submit),
 // so the row is read once and kept in registers between the sum and the scaling
 // (gmlx_rms_inv_block). SWZ 1: xn is written in the swizzled layout (gmlx_xn_chunk) and the
-// norm weight read 16 bytes per load (gmlx_rms_normed_chunk).
-template <int K, int BLOCK, int SWZ = 0, typename T, typename W>
+// norm weight read 16 bytes per load (gmlx_rms_normed_chunk). NC as gmlx_rms_inv_block.
+template <int K, int BLOCK, int SWZ = 0, typename T, typename W, int NC = 1>
 __device__ __forceinline__ void gmlx_rms_norm_block(const T* x, const W* nw, float eps, T* xn) {
   constexpr int PER = 16 / sizeof(T);
   constexpr int CHUNKS = K / PER;
   constexpr int MINE = (CHUNKS + BLOCK - 1) / BLOCK;
   float v[MINE][PER];
-  const float inv = gmlx_rms_inv_block<K, BLOCK>(x, eps, v);
+  const float inv = gmlx_rms_inv_block<K, BLOCK, PER, MINE, T, NC>(x, eps, v);
 #pragma unroll
   for (int m = 0; m < MINE; ++m) {
     const int c = threadIdx.x + m * BLOCK;
