@@ -4,9 +4,12 @@
 //! gpu|always|never` (the scheduler's [`ReadAhead`], `gpu` by default).
 use std::time::Instant;
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use gmlx_models::SamplingParams;
-use gmlx_serve::engine::{Event, ValidRequest};
-use gmlx_serve::{Engine, EngineOptions, ReadAhead};
+use gmlx_serve::engine::Event;
+use gmlx_serve::ReadAhead;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -31,41 +34,22 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let path = gmlx_models::default_model::fetch().expect("the default model");
-    let (engine, tokenizer) = Engine::start(
-        &gmlx_serve::ServeConfig::single(&path).models[0],
-        EngineOptions {
-            batch_width: width,
-            queue_cap: width,
-            read_ahead,
-        },
-    )
-    .expect("start the engine");
-    // Never stop early: end-of-generation tokens are biased away.
-    let logit_bias: std::collections::BTreeMap<u32, f32> =
-        tokenizer.eog_ids().iter().map(|&id| (id, -100.0)).collect();
-    let request = |i: usize| ValidRequest {
-        id: format!("bench-{i}"),
-        prompt: tokenizer
-            .encode(&format!("Story number {i}: once upon a time"), true, false)
-            .expect("encode"),
-        max_tokens: tokens,
-        sampling: SamplingParams::default(),
-        stop: Vec::new(),
-        logprobs: None,
-        ignore_eos: false,
-        constraint: None,
-        n: 1,
-        span: tracing::Span::none(),
+    let (engine, tokenizer) = common::engine(width, read_ahead);
+    // never stops early: end-of-generation tokens are biased away
+    let request = |i: usize| {
+        let text = format!("Story number {i}: once upon a time");
+        common::request(
+            &tokenizer,
+            &format!("bench-{i}"),
+            &text,
+            tokens,
+            SamplingParams::default(),
+        )
     };
     let run = |n: usize| -> f64 {
         let start = Instant::now();
         let receivers: Vec<_> = (0..n)
-            .map(|i| {
-                let mut r = request(i);
-                r.sampling.logit_bias = logit_bias.clone();
-                engine.submit(r).expect("submit")
-            })
+            .map(|i| engine.submit(request(i)).expect("submit"))
             .collect();
         let mut generated = 0;
         for mut rx in receivers {

@@ -1,5 +1,5 @@
-//! What the engine tests share: an engine on the default model and a request that never ends
-//! early.
+//! What the engine tests and the `serve` bench share: an engine on the default model and a
+//! request that never ends early.
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
