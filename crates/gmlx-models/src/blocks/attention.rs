@@ -461,13 +461,10 @@ impl Attention {
         let Some(LayerCache::FullKv(cache)) = ctx.layer_cache(0, layer) else {
             return Ok(None);
         };
-        let Some(room) = cache.room_for_one(self.n_kv_heads, self.head_dim, x.dtype()) else {
+        let Some(room) = cache.room_for_one(at, self.n_kv_heads, self.head_dim, x.dtype()) else {
             return Ok(None);
         };
-        let (keys, values, len) = room?;
-        if len != at {
-            return Ok(None);
-        }
+        let (keys, values) = room?;
         let [gate, up, down] = mlp;
         let block = gmlx_mlx::cuda_layer::Block {
             x,
@@ -478,7 +475,7 @@ impl Attention {
             rope,
             keys: &keys,
             values: &values,
-            len,
+            len: at,
             scale: self.scale(),
             output: &self.attn_output.weight,
             ffn_norm: ffn_norm.fused(),

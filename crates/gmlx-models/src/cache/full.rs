@@ -213,22 +213,17 @@ impl FullKv {
         position: (i32, &Array),
         scale: f32,
     ) -> Option<Result<Array>> {
-        if !cuda_attention::enabled() || self.host.is_some() || self.indexer_keys.is_some() {
+        if !cuda_attention::enabled() {
             return None;
         }
         let (at, position) = position;
-        let len = self.len();
-        // the kernel writes at the array's position: it must be the one the buffers end at
-        if at != len || self.values.len() != len || k.shape().get(2) != Some(&1) {
+        let shape = k.shape();
+        if shape.len() != 4 || shape[2] != 1 || v.shape() != shape || v.dtype() != k.dtype() {
             return None;
         }
-        let reserved = (
-            self.keys.reserve_in_place(k),
-            self.values.reserve_in_place(v),
-        );
-        let (keys, values) = match reserved {
-            (Ok(keys), Ok(values)) => (keys.clone(), values.clone()),
-            (Err(e), _) | (_, Err(e)) => return Some(Err(e)),
+        let (keys, values) = match self.room_for_one(at, shape[1], shape[3], k.dtype())? {
+            Ok(buffers) => buffers,
+            Err(e) => return Some(Err(e)),
         };
         let decode = Decode {
             q,
@@ -237,7 +232,7 @@ impl FullKv {
             keys: &keys,
             values: &values,
             position,
-            len,
+            len: at,
             scale,
         };
         if !cuda_attention::fits(&decode) {
@@ -250,31 +245,32 @@ impl FullKv {
         Some(out)
     }
 
-    /// The key and value buffers with room for one more position after the `len` filled, held
-    /// by this cache alone, for a kernel that writes the token's key and value there in place
-    /// (as gmlx's decode-layer kernel does; [`FullKv::wrote_one`] then counts them), and `len`:
-    /// rows of `kv_heads` heads of `head_dim` values in `dtype`. `None` where the cache is on
-    /// the host or keeps an indexer's keys.
+    /// The key and value buffers with room for one more position at `at`, held by this cache
+    /// alone, for a kernel that writes the token's key and value there in place (gmlx's CUDA
+    /// attention and decode-layer kernels; [`FullKv::wrote_one`] then counts them): rows of
+    /// `kv_heads` heads of `head_dim` values in `dtype`. `None`, before any work, where the
+    /// cache is on the host, keeps an indexer's keys, or does not end at `at` (the kernels write
+    /// at the token's position: it must be the one the buffers end at).
     pub fn room_for_one(
         &mut self,
+        at: i32,
         kv_heads: i32,
         head_dim: i32,
         dtype: Dtype,
-    ) -> Option<Result<(Array, Array, i32)>> {
+    ) -> Option<Result<(Array, Array)>> {
         if self.host.is_some() || self.indexer_keys.is_some() {
             return None;
         }
-        let len = self.len();
-        if self.values.len() != len {
+        if at != self.len() || self.values.len() != at {
             return None;
         }
         let shape = [1, kv_heads, 1, head_dim];
         let reserved = (
-            self.keys.reserve_for(&shape, dtype),
-            self.values.reserve_for(&shape, dtype),
+            self.keys.reserve_in_place(&shape, dtype),
+            self.values.reserve_in_place(&shape, dtype),
         );
         Some(match reserved {
-            (Ok(keys), Ok(values)) => Ok((keys.clone(), values.clone(), len)),
+            (Ok(keys), Ok(values)) => Ok((keys.clone(), values.clone())),
             (Err(e), _) | (_, Err(e)) => Err(e),
         })
     }
@@ -339,15 +335,10 @@ impl Buffer {
         Ok(tokens.try_as_slice::<f32>().ok().map(<[f32]>::to_vec))
     }
 
-    /// The array, with room for `x [batch, heads, n, width]` after the filled part and held by
-    /// this buffer alone (a shared one is copied), for a kernel that writes `x` there in place;
-    /// [`Buffer::advance`] then counts it.
-    pub fn reserve_in_place(&mut self, x: &Array) -> Result<&Array> {
-        self.reserve_for(x.shape(), x.dtype())
-    }
-
-    /// [`Buffer::reserve_in_place`] for rows of `shape` (`[batch, heads, n, width]`) and `dtype`.
-    pub fn reserve_for(&mut self, shape: &[i32], dtype: Dtype) -> Result<&Array> {
+    /// The array, with room for rows of `shape` (`[batch, heads, n, width]`) and `dtype` after
+    /// the filled part and held by this buffer alone (a shared one is copied), for a kernel that
+    /// writes them there in place; [`Buffer::advance`] then counts them.
+    pub fn reserve_in_place(&mut self, shape: &[i32], dtype: Dtype) -> Result<&Array> {
         let needed = self.len + shape[2];
         let shared = Arc::strong_count(&self.owner) > 1;
         if self.data.is_none() || needed > self.capacity() || shared {
@@ -431,6 +422,9 @@ mod tests {
         Array::from_slice(&values, &[1, 2, n, 4])
     }
 
+    /// The shape of one token's rows in [`tokens`].
+    const ONE_TOKEN: [i32; 4] = [1, 2, 1, 4];
+
     /// Where the array's values live (the arrays are evaluated on the CPU).
     fn storage(a: &Array) -> *const f32 {
         a.eval().expect("eval");
@@ -443,7 +437,7 @@ mod tests {
         buffer.append(&tokens(3, 0.0)).expect("append");
         let filled = buffer.read().expect("read");
         let data = buffer
-            .reserve_in_place(&tokens(1, 100.0))
+            .reserve_in_place(&ONE_TOKEN, Dtype::Float32)
             .expect("reserve")
             .clone();
         // room already, held alone: the same array
@@ -453,7 +447,7 @@ mod tests {
         // a fork shares it until one of the two writes in place
         let fork = buffer.clone();
         let mine = buffer
-            .reserve_in_place(&tokens(1, 100.0))
+            .reserve_in_place(&ONE_TOKEN, Dtype::Float32)
             .expect("reserve")
             .clone();
         assert_ne!(storage(&mine), here);
@@ -476,7 +470,9 @@ mod tests {
         // a full buffer grows, keeping what it held
         let mut full = Buffer::default();
         full.append(&tokens(CHUNK_TOKENS, 0.0)).expect("append");
-        let grown = full.reserve_in_place(&tokens(1, 0.0)).expect("reserve");
+        let grown = full
+            .reserve_in_place(&ONE_TOKEN, Dtype::Float32)
+            .expect("reserve");
         assert_eq!(grown.shape(), [1, 2, 2 * CHUNK_TOKENS, 4]);
         full.advance(1);
         assert_eq!(full.len(), CHUNK_TOKENS + 1);
