@@ -63,7 +63,7 @@ fn target_blocks() -> i32 {
 const MAX_KV_HEADS: i32 = 4096;
 
 /// Query heads per key/value head a block takes at most.
-pub(crate) const MAX_GROUP: i32 = 8;
+const MAX_GROUP: i32 = 8;
 
 /// Keys per pass of a block for heads of `head_dim` values ([`per`] 8-value rows a thread).
 pub fn chunk(head_dim: i32) -> i32 {
@@ -148,6 +148,20 @@ pub fn enabled() -> bool {
     *ENABLED.get_or_init(|| cuda_kernel::switched_on(SWITCH_VAR) && cuda_kernel::on_cuda())
 }
 
+/// Whether `attend.cuh` takes `heads` query heads over `kv_heads` key/value heads of `dim`
+/// values: whole groups of at most [`MAX_GROUP`], at most [`MAX_KV_HEADS`] key/value heads (one
+/// counter each), a head of 8 to 256 values, a power of two. Its shared memory is the caller's
+/// to check (it depends on the block's threads).
+pub(crate) fn heads_fit(heads: i32, kv_heads: i32, dim: i32) -> bool {
+    kv_heads > 0
+        && heads > 0
+        && heads % kv_heads == 0
+        && heads / kv_heads <= MAX_GROUP
+        && kv_heads <= MAX_KV_HEADS
+        && (8..=256).contains(&dim)
+        && (dim as u32).is_power_of_two()
+}
+
 /// One token's attention: `q [1, H, 1, D]`, its key and value `k`, `v [1, HKV, 1, D]`, the
 /// layer's caches `keys`, `values [1, HKV, capacity, D]` whose first `len` positions are
 /// filled, `position` (int32, its first value `len`: [`position_array`]; the kernel writes the
@@ -191,13 +205,7 @@ pub fn fits(d: &Decode<'_>) -> bool {
         && cs[3] == dim
         && d.values.shape() == cs
         && (0..cs[2]).contains(&d.len)
-        && kv_heads > 0
-        && heads > 0
-        && heads % kv_heads == 0
-        && heads / kv_heads <= MAX_GROUP
-        && kv_heads <= MAX_KV_HEADS
-        && (8..=256).contains(&dim)
-        && (dim as u32).is_power_of_two()
+        && heads_fit(heads, kv_heads, dim)
         && shared_bytes(chunk(dim), dim, heads / kv_heads) <= SHARED_BYTES
         && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
         && [d.k, d.v, d.keys, d.values]

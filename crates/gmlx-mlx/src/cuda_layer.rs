@@ -161,11 +161,7 @@ fn parts<'a>(b: &Block<'a>) -> Option<Parts<'a>> {
         && cuda_qmv::shared_side_dtype(&all).is_some();
     let heads_fit = nq % head_dim == 0
         && nkv % head_dim == 0
-        && parts.kv_heads > 0
-        && parts.heads % parts.kv_heads == 0
-        && group <= cuda_attention::MAX_GROUP
-        && (8..=256).contains(&head_dim)
-        && (head_dim as u32).is_power_of_two()
+        && cuda_attention::heads_fit(parts.heads, parts.kv_heads, head_dim)
         && cs == [1, parts.kv_heads, cs[2], head_dim]
         && b.values.shape() == cs
         && (0..cs[2]).contains(&b.len)
