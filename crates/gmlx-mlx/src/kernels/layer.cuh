@@ -45,28 +45,19 @@ __device__ __forceinline__ void gmlx_grid_sync(unsigned int* sync) {
   __syncthreads();
 }
 
-// The rows of a three-matrix product (queries, keys, values) by task: the first tasks take
-// W0's rows, ROWS each, then W1's, then W2's; the launch's warps take the tasks in turn.
-// Queries and keys rotated by `rope`.
+// The queries', keys' and values' rows (gmlx_qmv4_three, queries and keys rotated by `rope`),
+// the launch's warps taking gmlx_qmv4_three_share's warp turns in turn.
 template <int K, int N0, int N1, int N2, int ROWS, typename S, typename T, int B8>
 __device__ __forceinline__ void gmlx_layer_three(
     const uint32_t* w0, const S* s0, const S* b0,
     const uint32_t* w1, const S* s1, const S* b1,
     const uint32_t* w2, const S* s2, const S* b2,
     const T* xn, T* y0, T* y1, T* y2, GmlxRope rope) {
-  constexpr int T0 = (N0 + ROWS - 1) / ROWS;
-  constexpr int T1 = (N1 + ROWS - 1) / ROWS;
-  constexpr int T2 = (N2 + ROWS - 1) / ROWS;
+  constexpr int TASKS = (N0 + ROWS - 1) / ROWS + (N1 + ROWS - 1) / ROWS + (N2 + ROWS - 1) / ROWS;
   const int warps = gridDim.x * (blockDim.x >> 5);
-  const T* no_residual = nullptr;
-  for (int t = gmlx_warp_index(); t < T0 + T1 + T2; t += warps) {
-    if (t < T0) {
-      gmlx_qmv4_rows<K, ROWS, S, T, B8>(w0, s0, b0, xn, y0, N0, t * ROWS, no_residual, rope);
-    } else if (t < T0 + T1) {
-      gmlx_qmv4_rows<K, ROWS, S, T, B8>(w1, s1, b1, xn, y1, N1, (t - T0) * ROWS, no_residual, rope);
-    } else {
-      gmlx_qmv4_rows<K, ROWS, S, T, B8>(w2, s2, b2, xn, y2, N2, (t - T0 - T1) * ROWS);
-    }
+  for (int t = gmlx_warp_index(); t < TASKS; t += warps) {
+    gmlx_qmv4_three<K, N0, N1, N2, ROWS, S, T, B8>(
+        w0, s0, b0, w1, s1, b1, w2, s2, b2, xn, y0, y1, y2, rope, t);
   }
 }
 

@@ -33,19 +33,19 @@ __device__ __forceinline__ int gmlx_xn_chunk(int g, int c) {
 // Groups per row and lane whose loads gmlx_qmv4_dot issues before it uses any.
 enum { GMLX_QMV4_INFLIGHT = 4 };
 
-// Which of three matrices a warp takes and its first row there: the first warps take W0's
-// rows, then W1's, then W2's (ROWS each); `matrix` 3 for a warp past them all.
+// Which of three matrices warp `warp` (the launch's, unless a caller hands warps their turns)
+// takes and its first row there: the first warps take W0's rows, then W1's, then W2's (ROWS
+// each); `matrix` 3 for a warp past them all.
 struct GmlxShare {
   int matrix;
   int row0;
 };
 
 template <int N0, int N1, int N2, int ROWS>
-__device__ __forceinline__ GmlxShare gmlx_qmv4_three_share() {
+__device__ __forceinline__ GmlxShare gmlx_qmv4_three_share(int warp = gmlx_warp_index()) {
   constexpr int WARPS0 = (N0 + ROWS - 1) / ROWS;
   constexpr int WARPS1 = (N1 + ROWS - 1) / ROWS;
   constexpr int WARPS2 = (N2 + ROWS - 1) / ROWS;
-  const int warp = gmlx_warp_index();
   if (warp < WARPS0) {
     return GmlxShare{0, warp * ROWS};
   }
@@ -384,16 +384,17 @@ __device__ __forceinline__ void gmlx_qmv4_silu_rows(
   gmlx_qmv4_silu_store<ROWS, T>(acc, y, n, row0);
 }
 
-// The three matrices' rows by warp (gmlx_qmv4_three_share); W0's and W1's rows rotated by
-// `rope` where its inv_freq is given (queries and keys); SWZ as gmlx_qmv4_dot.
+// The three matrices' rows of warp `warp` (gmlx_qmv4_three_share); W0's and W1's rows rotated
+// by `rope` where its inv_freq is given (queries and keys); SWZ as gmlx_qmv4_dot.
 template <int K, int N0, int N1, int N2, int ROWS, typename S, typename T, int B8 = 0, int SWZ = 0>
 __device__ __forceinline__ void gmlx_qmv4_three(
     const uint32_t* w0, const S* s0, const S* b0,
     const uint32_t* w1, const S* s1, const S* b1,
     const uint32_t* w2, const S* s2, const S* b2,
     const T* x, T* y0, T* y1, T* y2,
-    GmlxRope rope = GmlxRope{nullptr, 0.0f, 0, 0}) {
-  const GmlxShare share = gmlx_qmv4_three_share<N0, N1, N2, ROWS>();
+    GmlxRope rope = GmlxRope{nullptr, 0.0f, 0, 0},
+    int warp = gmlx_warp_index()) {
+  const GmlxShare share = gmlx_qmv4_three_share<N0, N1, N2, ROWS>(warp);
   const T* no_residual = nullptr;
   if (share.matrix == 0) {
     gmlx_qmv4_rows<K, ROWS, S, T, B8, SWZ>(w0, s0, b0, x, y0, N0, share.row0, no_residual, rope);
