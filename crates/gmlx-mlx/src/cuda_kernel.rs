@@ -227,6 +227,55 @@ pub(crate) fn on_cuda() -> bool {
     crate::runtime::backend().is_ok_and(|b| b == Backend::Cuda)
 }
 
+/// The multiprocessors of the GPU that MLX's CUDA backend runs on (the process's CUDA device 0,
+/// a MIG instance's own count where the process sees one), asked of the CUDA driver; `None` off
+/// CUDA or where the driver does not answer. MLX's device information has no such count.
+pub(crate) fn multiprocessors() -> Option<i32> {
+    static COUNT: OnceLock<Option<i32>> = OnceLock::new();
+    *COUNT.get_or_init(|| {
+        if on_cuda() {
+            driver_multiprocessors()
+        } else {
+            None
+        }
+    })
+}
+
+/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT` from the driver library MLX's backend loads.
+fn driver_multiprocessors() -> Option<i32> {
+    type Init = unsafe extern "C" fn(u32) -> i32;
+    type DeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
+    type Attribute = unsafe extern "C" fn(*mut i32, i32, i32) -> i32;
+    const MULTIPROCESSOR_COUNT: i32 = 16;
+    // SAFETY: the symbols are the CUDA driver API's, called with their C signatures and valid
+    // out-pointers; the handle is closed after the calls (the library stays loaded for MLX).
+    unsafe {
+        let lib = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if lib.is_null() {
+            return None;
+        }
+        let init = libc::dlsym(lib, c"cuInit".as_ptr());
+        let device_get = libc::dlsym(lib, c"cuDeviceGet".as_ptr());
+        let attribute = libc::dlsym(lib, c"cuDeviceGetAttribute".as_ptr());
+        let mut count = None;
+        if !init.is_null() && !device_get.is_null() && !attribute.is_null() {
+            let init: Init = std::mem::transmute(init);
+            let device_get: DeviceGet = std::mem::transmute(device_get);
+            let attribute: Attribute = std::mem::transmute(attribute);
+            let (mut device, mut n) = (0, 0);
+            if init(0) == 0
+                && device_get(&mut device, 0) == 0
+                && attribute(&mut n, MULTIPROCESSOR_COUNT, device) == 0
+                && n > 0
+            {
+                count = Some(n);
+            }
+        }
+        libc::dlclose(lib);
+        count
+    }
+}
+
 /// A kernel's switch: on unless environment variable `var` is `0`.
 pub(crate) fn switched_on(var: &str) -> bool {
     std::env::var(var).map_or(true, |v| v.trim() != "0")

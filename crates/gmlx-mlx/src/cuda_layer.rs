@@ -8,14 +8,13 @@
 //!
 //! The stages depend on each other's whole results, so the launch's thread blocks wait for each
 //! other between them (four grid-wide barriers a block): the launch has no more blocks than the
-//! GPU holds at once, [`blocks`] of [`THREADS`] threads (64 by default: one a multiprocessor on
-//! any GPU of 64 or more). Each stage computes what gmlx's kernel of its own computes with
-//! exact activations ([`crate::cuda_qmv`] with `GMLX_CUDA_QMV_Q8=0`, [`crate::cuda_attention`]),
-//! from the same device functions.
+//! GPU holds at once, [`blocks`] of [`THREADS`] threads (one a multiprocessor, at most 64). Each
+//! stage computes what gmlx's kernel of its own computes with exact activations
+//! ([`crate::cuda_qmv`] with `GMLX_CUDA_QMV_Q8=0`, [`crate::cuda_attention`]), from the same
+//! device functions.
 //!
-//! Taken where `GMLX_CUDA_LAYER=1` and [`fits`] takes the block (llama-shaped blocks of a
-//! hidden width of at most [`MAX_HIDDEN`], 4-bit weights as the other kernels take them); off
-//! by default until measured on a GPU.
+//! Taken where [`enabled`] and [`fits`] takes the block (llama-shaped blocks of a hidden width
+//! of at most [`MAX_HIDDEN`], 4-bit weights as the other kernels take them).
 use std::sync::OnceLock;
 
 use mlx_rs::{Array, Dtype};
@@ -27,7 +26,8 @@ use crate::error::Result;
 use crate::qmm::{Mode, Packed};
 use crate::quant::QuantWeight;
 
-/// The environment variable that turns the kernel on (`1`).
+/// The environment variable that turns the kernel off (`0`) or on where the GPU's
+/// multiprocessors are unknown (`1`).
 pub const SWITCH_VAR: &str = "GMLX_CUDA_LAYER";
 
 /// The environment variable that sets the launch's thread blocks ([`blocks`]).
@@ -43,23 +43,39 @@ const ROWS: i32 = 2;
 /// reads, which gmlx's per-stage kernels spread over the whole GPU.
 pub const MAX_HIDDEN: i32 = 2048;
 
-/// The launch's thread blocks: `GMLX_CUDA_LAYER_BLOCKS` (8 to 1 024), 64 by default. They must
-/// all be resident at once (the barriers wait for every one): a larger number than the GPU
-/// holds stops the launch with an error after seconds.
+/// The launch's thread blocks: `GMLX_CUDA_LAYER_BLOCKS` (8 to 1 024), else one a
+/// multiprocessor up to 64 (64 where the count is unknown). They must all be resident at once
+/// (the barriers wait for every one): a larger number than the GPU holds stops the launch with
+/// an error after seconds.
 pub fn blocks() -> i32 {
     static BLOCKS: OnceLock<i32> = OnceLock::new();
-    *BLOCKS.get_or_init(|| cuda_kernel::int_setting(BLOCKS_VAR, 8..=1024, 64))
+    *BLOCKS.get_or_init(|| {
+        let fit = blocks_for_gpu().unwrap_or(DEFAULT_BLOCKS);
+        cuda_kernel::int_setting(BLOCKS_VAR, 8..=1024, fit)
+    })
 }
 
+/// One thread block a multiprocessor of the GPU, at most 64: `None` where the CUDA driver does
+/// not give the count (off CUDA among them).
+pub fn blocks_for_gpu() -> Option<i32> {
+    cuda_kernel::multiprocessors().map(|n| n.min(DEFAULT_BLOCKS))
+}
+
+/// The launch's thread blocks on a GPU of at least as many multiprocessors: of 32, 64 and 128
+/// on an H100's SmolLM2-135M decode, 64 the fastest (`bench/runs/2026-12-07-h100-4/`).
+const DEFAULT_BLOCKS: i32 = 64;
+
 /// Whether the kernel is on: MLX's CUDA backend with gmlx's fused products and attention on,
-/// and `GMLX_CUDA_LAYER=1`.
+/// and either `GMLX_CUDA_LAYER=1` or, unless it is `0`, a GPU whose multiprocessor count the
+/// driver gives (so that the grid fits it).
 pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
     *ENABLED.get_or_init(|| {
-        cuda_kernel::opted_in(SWITCH_VAR)
+        cuda_kernel::switched_on(SWITCH_VAR)
             && cuda_kernel::on_cuda()
             && cuda_qmv::fusion_enabled()
             && cuda_attention::enabled()
+            && (cuda_kernel::opted_in(SWITCH_VAR) || blocks_for_gpu().is_some())
     })
 }
 
@@ -313,6 +329,15 @@ const GENERATION_AT: i32 = 32;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn off_cuda_the_kernel_is_off_and_sizes_no_grid() {
+        if cuda_kernel::on_cuda() {
+            return;
+        }
+        assert_eq!(blocks_for_gpu(), None);
+        assert!(!enabled());
+    }
 
     #[test]
     fn shared_memory_takes_small_models_shapes() {

@@ -240,7 +240,14 @@ fn the_decode_layer_kernel_matches_the_staged_kernels() {
     std::env::set_var("GMLX_CUDA_QMV_Q8", "0");
     std::env::set_var(cuda_layer::SWITCH_VAR, "1");
     device::use_device(device::DeviceChoice::Gpu).expect("gpu");
-    eprintln!("{} thread blocks a launch", cuda_layer::blocks());
+    // the default grid comes from the driver's multiprocessor count: without it the kernel is
+    // off unless asked for
+    let fit = cuda_layer::blocks_for_gpu().expect("the CUDA driver's multiprocessor count");
+    assert!((1..=64).contains(&fit), "{fit} blocks for this GPU");
+    eprintln!(
+        "{} thread blocks a launch ({fit} for this GPU)",
+        cuda_layer::blocks()
+    );
     let mut rng = Lcg(29);
     for dtype in [Dtype::Bfloat16, Dtype::Float16] {
         for ty in [GgmlType::Q4_0, GgmlType::Q4_1] {
