@@ -55,14 +55,32 @@ pub fn blocks() -> i32 {
     })
 }
 
-/// One thread block a multiprocessor of the GPU, at most 64: `None` where the CUDA driver does
-/// not give the count (off CUDA among them).
+/// One thread block a multiprocessor the process may use, at most 64: `None` where the CUDA
+/// driver does not give the count (off CUDA among them).
 pub fn blocks_for_gpu() -> Option<i32> {
-    cuda_kernel::multiprocessors().map(|n| n.min(DEFAULT_BLOCKS))
+    let share = std::env::var(MPS_SHARE_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    cuda_kernel::multiprocessors().map(|n| grid_for(n, share))
+}
+
+/// The variable under which CUDA's multi-process service limits a client to a percentage of
+/// the GPU's multiprocessors (the driver still reports them all).
+const MPS_SHARE_VAR: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+
+/// One block a multiprocessor of `multiprocessors`, or of their `share` percent (rounded down,
+/// at least one) where a share below 100 is given; at most 64.
+fn grid_for(multiprocessors: i32, share: Option<f64>) -> i32 {
+    let usable = share
+        .filter(|p| *p > 0.0 && *p < 100.0)
+        .map_or(multiprocessors, |p| {
+            ((f64::from(multiprocessors) * p / 100.0).floor() as i32).max(1)
+        });
+    usable.min(DEFAULT_BLOCKS)
 }
 
 /// The launch's thread blocks on a GPU of at least as many multiprocessors: of 32, 64 and 128
-/// on an H100's SmolLM2-135M decode, 64 the fastest (`bench/runs/2026-12-07-h100-4/`).
+/// on an H100's SmolLM2-135M decode, 64 the fastest (`bench/runs/2026-12-07-h100-5/`).
 const DEFAULT_BLOCKS: i32 = 64;
 
 /// Whether the kernel is on: MLX's CUDA backend with gmlx's fused products and attention on,
@@ -329,6 +347,20 @@ const GENERATION_AT: i32 = 32;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_grid_fits_the_multiprocessors_the_process_may_use() {
+        // an H100: 132, capped at 64; an A30's 56 and a MIG slice's 16 whole
+        assert_eq!(grid_for(132, None), 64);
+        assert_eq!(grid_for(56, None), 56);
+        assert_eq!(grid_for(16, None), 16);
+        // under MPS at 25 % of an H100: 33 multiprocessors; at 10 % of a MIG slice, one
+        assert_eq!(grid_for(132, Some(25.0)), 33);
+        assert_eq!(grid_for(16, Some(10.0)), 1);
+        // shares that limit nothing
+        assert_eq!(grid_for(132, Some(100.0)), 64);
+        assert_eq!(grid_for(40, Some(0.0)), 40);
+    }
 
     #[test]
     fn off_cuda_the_kernel_is_off_and_sizes_no_grid() {
