@@ -310,6 +310,7 @@ pub fn decode(b: Block<'_>) -> Result<Option<Array>> {
         (c"B8O", cuda_qmv::derived_biases(&[p.output])),
         (c"B8U", cuda_qmv::derived_biases(&[p.gate, p.up])),
         (c"B8D", cuda_qmv::derived_biases(&[p.down])),
+        (c"GEN", GENERATION_AT),
     ];
     let types = [
         (c"T", dtype),
@@ -337,8 +338,8 @@ fn barrier_words() -> Result<Array> {
     cuda_kernel::thread_words(&WORDS, 2 * GENERATION_AT)
 }
 
-/// Where the barrier's generation word lies after its count (`GMLX_SYNC_GENERATION` in
-/// `layer.cuh`): a 128-byte line apart. The words' array is larger than 8 bytes on purpose too:
+/// Where the barrier's generation word lies after its count (the kernel's `GEN`): a 128-byte
+/// line apart. The words' array is larger than 8 bytes on purpose too:
 /// MLX's CUDA allocator puts arrays of at most 8 bytes in host-resident managed memory, where
 /// every spin and atomic of the barrier crossed the bus (measured: 2.3 ms a launch of 64
 /// blocks, each block's arrival about 5 us).

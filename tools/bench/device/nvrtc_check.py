@@ -110,11 +110,11 @@ FORMS = [
         ("vc", "T"), ("counters", "uint32_t")] + side("o") + [("fw", "W")] + side("g")
      + side("u") + side("d") + [("sync", "uint32_t")],
      ["y", "q", "k", "v", "att", "h", "act", "part"],
-     "T S W K NQ NKV F D G HKV RD ROWS BLOCK EPS FEPS PSCALE SCALE PER B8A B8O B8U B8D",
+     "T S W K NQ NKV F D G HKV RD ROWS BLOCK EPS FEPS PSCALE SCALE PER B8A B8O B8U B8D GEN",
      [[B, B, B, 576, 576, 192, 1536, 64, 3, 3, 64, 2, 256, "EPS", "EPS", "PSCALE", "SCALE",
-       8, b8, b8, b8, b8] for b8 in (0, 1)]
+       8, b8, b8, b8, b8, 32] for b8 in (0, 1)]
      + [[F, F, F, 2048, 2048, 2048, 8192, 64, 1, 32, 64, 2, 256, "EPS", "EPS", "PSCALE",
-         "SCALE", 8, 0, 0, 0, 0]]),
+         "SCALE", 8, 0, 0, 0, 0, 32]]),
     ("q6k_mv.cu", "q6k.cuh", [("w", "uint8_t"), ("x", "T")], ["y"], "T K N INFLIGHT",
      [[B, 4096, 128256, i] for i in (1, 2, 4)] + [[F, 14336, 4096, 4]]),
     ("q6k_dequantize.cu", "q6k.cuh", [("w", "uint8_t"), ("w_shape", "Shape")], ["y"], "T K",

@@ -17,23 +17,23 @@
 
 // Waits until every thread block of the launch has reached the same call (every thread of
 // each block must reach it); writes before it are visible to every block after it. `sync`: an
-// arrival count that each barrier leaves at zero and, GMLX_SYNC_GENERATION words on (a cache
+// arrival count that each barrier leaves at zero and, GEN words on (the host's choice: a cache
 // line of its own, away from the arrivals' atomics), a generation that each barrier advances,
 // shared by every launch on the stream (launches run one after another). A block that waits
 // 2^24 turns (seconds; a grid larger than the GPU holds at once would wait forever) stops the
 // launch with an error instead.
-enum { GMLX_SYNC_GENERATION = 32 };
+template <int GEN>
 __device__ __forceinline__ void gmlx_grid_sync(unsigned int* sync) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    volatile unsigned int* generation = sync + GMLX_SYNC_GENERATION;
+    volatile unsigned int* generation = sync + GEN;
     // read before arriving: the last block advances it only after every block arrived
     const unsigned int seen = *generation;
     __threadfence();
     if (atomicAdd(sync, 1u) == gridDim.x - 1) {
       atomicExch(sync, 0u);
       __threadfence();
-      atomicAdd(sync + GMLX_SYNC_GENERATION, 1u);
+      atomicAdd(sync + GEN, 1u);
     } else {
       for (unsigned int spins = 0; *generation == seen; ++spins) {
         __nanosleep(64);
