@@ -23,6 +23,7 @@ use mlx_rs::{Array, Dtype};
 
 use crate::cuda_kernel::{self, Spec};
 use crate::error::Result;
+use crate::qmm::Packed;
 
 /// The environment variable that turns the kernel off (`0`).
 pub const SWITCH_VAR: &str = "GMLX_CUDA_ATTENTION";
@@ -102,6 +103,39 @@ static SPEC: Spec = Spec {
     inputs: &["q", "k", "v", "kc", "vc", "pos", "counters"],
     outputs: &["out", "part"],
 };
+
+static WARM_SPEC: Spec = Spec {
+    name: "gmlx_attend_decode_warm",
+    source: include_str!("kernels/attend_decode_warm.cu"),
+    header: concat!(
+        include_str!("kernels/attend.cuh"),
+        include_str!("kernels/warm.cuh")
+    ),
+    inputs: &[
+        "q", "k", "v", "kc", "vc", "pos", "counters", "w0", "w1", "w2",
+    ],
+    outputs: &["out", "part"],
+};
+
+/// The environment variable that turns on (`1`) pulling the next launch's matrix into L2
+/// ([`warm_blocks`]).
+pub const WARM_VAR: &str = "GMLX_CUDA_ATTENTION_WARM";
+
+/// Thread blocks a launch adds to pull [`Decode::next`] into the GPU's L2 cache while its
+/// other blocks attend (`GMLX_CUDA_ATTENTION_WARM=1`: one a multiprocessor, 132 where the count
+/// is unknown), 0 where it adds none (the default, until measured on a GPU). The attention of a
+/// short context reads little: the 8B shape's after 512 tokens, 2 MB a layer in 7.8 us, while
+/// its output projection's 9.5 MB then took 9.6 us from memory (`bench/runs/2026-12-07-h100-3/`).
+pub fn warm_blocks() -> i32 {
+    static BLOCKS: OnceLock<i32> = OnceLock::new();
+    *BLOCKS.get_or_init(|| {
+        if cuda_kernel::opted_in(WARM_VAR) {
+            cuda_kernel::multiprocessors().unwrap_or(132)
+        } else {
+            0
+        }
+    })
+}
 
 /// The environment variable that turns on (`1`) loading a pass's values with its keys
 /// ([`values_early`]).
@@ -183,6 +217,9 @@ pub struct Decode<'a> {
     pub position: &'a Array,
     pub len: i32,
     pub scale: f32,
+    /// The matrix the next launch multiplies (the layer's output projection), which spare
+    /// blocks of this launch pull into L2 where [`warm_blocks`] adds any.
+    pub next: Option<Packed<'a>>,
 }
 
 /// Whether [`decode`] takes `d`: the shapes above with room for the token (`len < capacity`),
@@ -234,7 +271,7 @@ pub fn decode(d: Decode<'_>) -> Result<Array> {
     let splits = splits(d.len + 1, chunk(dim), kv_heads, target_blocks());
     let width = [1, 1, heads * dim];
     let part = [kv_heads * splits * group * (dim + 2)];
-    let inputs = [
+    let mut inputs = vec![
         d.q.clone(),
         d.k.clone(),
         d.v.clone(),
@@ -243,26 +280,52 @@ pub fn decode(d: Decode<'_>) -> Result<Array> {
         d.position.clone(),
         counters()?,
     ];
+    let mut ints = vec![
+        (c"D", dim),
+        (c"G", group),
+        (c"HKV", kv_heads),
+        (c"PER", per()),
+        (c"BLOCK", THREADS),
+        (c"SCALE", d.scale.to_bits() as i32),
+        (c"VE", i32::from(values_early())),
+    ];
+    let mut blocks = kv_heads * splits;
+    let spec = match d.next.filter(|_| warm_blocks() > 0) {
+        Some(next) => {
+            let warm = warm_blocks();
+            let derived = crate::cuda_qmv::derived_biases(&[next]) == 1;
+            let biases = next.biases.filter(|_| !derived);
+            inputs.extend([next.w.clone(), next.scales.clone()]);
+            inputs.push(biases.unwrap_or(next.scales).clone());
+            ints.extend([
+                (c"WB", warm),
+                (c"W0B", byte_count(next.w)?),
+                (c"W1B", byte_count(next.scales)?),
+                (c"W2B", biases.map_or(Ok(0), byte_count)?),
+            ]);
+            blocks += warm;
+            &WARM_SPEC
+        }
+        None => &SPEC,
+    };
     let outputs = cuda_kernel::launch(
-        &SPEC,
+        spec,
         &inputs,
         &[(&width, d.q.dtype()), (&part, Dtype::Float32)],
         &[(c"T", d.q.dtype())],
-        &[
-            (c"D", dim),
-            (c"G", group),
-            (c"HKV", kv_heads),
-            (c"PER", per()),
-            (c"BLOCK", THREADS),
-            (c"SCALE", d.scale.to_bits() as i32),
-            (c"VE", i32::from(values_early())),
-        ],
-        (kv_heads * splits * THREADS, THREADS),
+        &ints,
+        (blocks * THREADS, THREADS),
     )?;
     outputs
         .into_iter()
         .next()
-        .ok_or_else(|| cuda_kernel::error(&SPEC, "MLX returned no output"))
+        .ok_or_else(|| cuda_kernel::error(spec, "MLX returned no output"))
+}
+
+/// `a`'s bytes as the warming kernel's constant takes them (at most 2 GiB).
+fn byte_count(a: &Array) -> Result<i32> {
+    i32::try_from(a.nbytes())
+        .map_err(|_| cuda_kernel::error(&WARM_SPEC, "a matrix of more than 2 GiB to warm"))
 }
 
 /// This thread's counters (uint32 zeros, evaluated once): every launch leaves them at zero,

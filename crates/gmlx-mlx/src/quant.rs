@@ -990,6 +990,13 @@ impl QuantWeight {
         (on_gpu && !training && !self.compact() && crate::cuda_qmv::fusion_enabled()).then_some(p)
     }
 
+    /// This weight as gmlx's CUDA kernels hold it for a decode step ([`QuantWeight::layer_view`]),
+    /// for a launch before its product that pulls its bytes into L2
+    /// ([`crate::cuda_attention::Decode::next`]).
+    pub fn next_launch_view(&self) -> Option<Packed<'_>> {
+        self.layer_view()
+    }
+
     /// `[x @ W^T]` for three weights in one CUDA launch ([`crate::cuda_qmv::matmul_three`]), or
     /// `None` (nothing done) where that kernel does not take all three: the caller then
     /// multiplies each with [`QuantWeight::matmul`], which gives the same values.

@@ -3,13 +3,16 @@
 //! 64, 128 and 256 values, and cache lengths on both sides of a pass (a thread block's keys at
 //! once) up to many passes per block and blocks left without keys; and the caches it writes in
 //! place: the token's key and value at its position, every other position as it was, and a
-//! second token after it in the same buffers (the per-head counters back at zero). Runs where
+//! second token after it in the same buffers (the per-head counters back at zero); the second
+//! token's launch with blocks added that pull a matrix into L2 (`GMLX_CUDA_ATTENTION_WARM`),
+//! which must change nothing of the attention. Runs where
 //! MLX's CUDA backend is loaded (the rented GPU machine); elsewhere it says so and passes, as
 //! the kernel is never taken there.
 mod common;
 
 use common::{host_values as host, tolerance, worst, Lcg};
 use gmlx_mlx::cuda_attention::{self, Decode};
+use gmlx_mlx::qmm::{Mode, Packed};
 use gmlx_mlx::runtime::{backend, Backend};
 use gmlx_mlx::{device, Array, Dtype};
 
@@ -59,6 +62,25 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], cap: i32, keys: i32, s: Heads) -> 
     out
 }
 
+/// A 4-bit matrix of 1 024 rows of 4 096 columns (codes, scales, biases) for a launch to pull
+/// into L2: its values matter to no one.
+fn next_matrix(rng: &mut Lcg) -> [Array; 3] {
+    let (rows, cols) = (1024, 4096);
+    let codes = Array::from_slice(
+        &vec![0x89ab_cdefu32; (rows * cols / 8) as usize],
+        &[rows, cols / 8],
+    );
+    let side = |rng: &mut Lcg| {
+        array(
+            &rng.values(rows * cols / 32, 1.0),
+            &[rows, cols / 32],
+            Dtype::Bfloat16,
+        )
+        .0
+    };
+    [codes, side(rng), side(rng)]
+}
+
 /// Decodes two tokens after `len` cached positions (in buffers of room for them) and checks
 /// both outputs and the caches.
 fn check(s: Heads, len: i32, dtype: Dtype, rng: &mut Lcg) {
@@ -85,6 +107,8 @@ fn check(s: Heads, len: i32, dtype: Dtype, rng: &mut Lcg) {
         } else {
             cuda_attention::copied_position(position).expect("copied")
         };
+        // the second token's launch pulls a matrix into L2 meanwhile
+        let next = next_matrix(rng);
         let d = Decode {
             q: &q,
             k: &k,
@@ -94,6 +118,15 @@ fn check(s: Heads, len: i32, dtype: Dtype, rng: &mut Lcg) {
             position: &pos,
             len: position,
             scale: 1.0 / (s.d as f32).sqrt(),
+            next: (step == 1).then(|| Packed {
+                w: &next[0],
+                scales: &next[1],
+                biases: Some(&next[2]),
+                group_size: 32,
+                bits: 4,
+                mode: Mode::Affine,
+                centered: false,
+            }),
         };
         assert!(cuda_attention::fits(&d), "{s:?} at {position} is taken");
         let out = cuda_attention::decode(d).expect("decode");
@@ -118,7 +151,12 @@ fn the_cuda_decode_attention_matches_the_reference() {
         return;
     }
     std::env::remove_var(cuda_attention::SWITCH_VAR);
+    std::env::set_var(cuda_attention::WARM_VAR, "1");
     device::use_device(device::DeviceChoice::Gpu).expect("gpu");
+    assert!(
+        cuda_attention::warm_blocks() > 0,
+        "the launch adds blocks to warm L2"
+    );
     let mut rng = Lcg(11);
     for dtype in [Dtype::Bfloat16, Dtype::Float16, Dtype::Float32] {
         for s in [

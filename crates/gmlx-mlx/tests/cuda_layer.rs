@@ -126,6 +126,7 @@ fn staged(b: &Block<'_>) -> Array {
         position: b.rope.position,
         len: b.len,
         scale: b.scale,
+        next: b.output.next_launch_view(),
     })
     .expect("attention");
     let h = b

@@ -104,6 +104,11 @@ FORMS = [
      [[B, 128, 4, 8, 8, 128, "SCALE", ve] for ve in (0, 1)]
      + [[B, 128, 4, 8, per, 128, "SCALE", 0] for per in (2, 4)]
      + [[B, 64, 3, 3, 8, 128, "SCALE", ve] for ve in (0, 1)]),
+    ("attend_decode_warm.cu", "attend.cuh+warm.cuh",
+     [("q", "T"), ("k", "T"), ("v", "T"), ("kc", "T"), ("kc_shape", "Shape"), ("vc", "T"),
+      ("pos", "int32_t"), ("counters", "uint32_t"), ("w0", "uint32_t"), ("w1", B), ("w2", B)],
+     ["out", "part"], "T D G HKV PER BLOCK SCALE VE WB W0B W1B W2B",
+     [[B, 128, 4, 8, 8, 128, "SCALE", 0, 132, 8388608, 1048576, b] for b in (0, 1048576)]),
     ("layer_decode.cu", "qmv4.cuh+attend.cuh+layer.cuh",
      [("x", "T"), ("an", "W")] + side("q") + side("k") + side("v")
      + [("inv_freq", "float"), ("pos", "int32_t"), ("kc", "T"), ("kc_shape", "Shape"),

@@ -604,7 +604,8 @@ impl Attention {
                 };
                 if let Some(p) = &decoded {
                     let at = (position, p);
-                    if let Some(out) = cache.attend_decode(&q, &k, &v, at, self.scale()) {
+                    let next = self.attn_output.weight.next_launch_view();
+                    if let Some(out) = cache.attend_decode(&q, &k, &v, at, self.scale(), next) {
                         outs.push(out?);
                         continue;
                     }

@@ -2,6 +2,7 @@
 use std::sync::Arc;
 
 use gmlx_mlx::cuda_attention::{self, Decode};
+use gmlx_mlx::qmm::Packed;
 use gmlx_mlx::slicing::{slice, slice_update};
 use gmlx_mlx::{ops, Array, Dtype};
 
@@ -204,7 +205,7 @@ impl FullKv {
     /// `position`: the number held, and an int32 array of one value holding it), which the
     /// launch writes into the buffers; `[1, 1, heads * head_dim]`. `None` where the kernel does
     /// not take them (the cache then holds what it held, perhaps in larger or unshared
-    /// buffers).
+    /// buffers). `next`: the matrix the step multiplies next ([`Decode::next`]).
     pub fn attend_decode(
         &mut self,
         q: &Array,
@@ -212,6 +213,7 @@ impl FullKv {
         v: &Array,
         position: (i32, &Array),
         scale: f32,
+        next: Option<Packed<'_>>,
     ) -> Option<Result<Array>> {
         if !cuda_attention::enabled() {
             return None;
@@ -234,6 +236,7 @@ impl FullKv {
             position,
             len: at,
             scale,
+            next,
         };
         if !cuda_attention::fits(&decode) {
             return None;

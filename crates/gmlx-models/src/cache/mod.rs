@@ -12,6 +12,7 @@ pub use latent::Latent;
 pub use recurrent::Recurrent;
 pub use rotating::RotatingKv;
 
+use gmlx_mlx::qmm::Packed;
 use gmlx_mlx::Array;
 
 use crate::error::Result;
@@ -135,9 +136,10 @@ impl LayerCache {
         v: &Array,
         position: (i32, &Array),
         scale: f32,
+        next: Option<Packed<'_>>,
     ) -> Option<Result<Array>> {
         match self {
-            LayerCache::FullKv(c) => c.attend_decode(q, k, v, position, scale),
+            LayerCache::FullKv(c) => c.attend_decode(q, k, v, position, scale, next),
             _ => None,
         }
     }
