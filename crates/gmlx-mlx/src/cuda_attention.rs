@@ -22,8 +22,8 @@ use std::sync::OnceLock;
 use mlx_rs::{Array, Dtype};
 
 use crate::cuda_kernel::{self, Spec};
+use crate::cuda_warm::{self, WarmSet};
 use crate::error::Result;
-use crate::qmm::Packed;
 
 /// The environment variable that turns the kernel off (`0`).
 pub const SWITCH_VAR: &str = "GMLX_CUDA_ATTENTION";
@@ -106,35 +106,33 @@ static SPEC: Spec = Spec {
 
 static WARM_SPEC: Spec = Spec {
     name: "gmlx_attend_decode_warm",
-    source: include_str!("kernels/attend_decode_warm.cu"),
+    source: concat!(
+        include_str!("kernels/warm_blocks.cu"),
+        include_str!("kernels/attend_decode_warm.cu")
+    ),
     header: concat!(
         include_str!("kernels/attend.cuh"),
         include_str!("kernels/warm.cuh")
     ),
     inputs: &[
-        "q", "k", "v", "kc", "vc", "pos", "counters", "w0", "w1", "w2",
+        "q", "k", "v", "kc", "vc", "pos", "counters", "n0", "n1", "n2", "n3", "n4", "n5", "n6",
+        "n7", "n8",
     ],
     outputs: &["out", "part"],
 };
 
 /// The environment variable that turns on (`1`) pulling the next launch's matrix into L2
-/// ([`warm_blocks`]).
+/// ([`warming`]).
 pub const WARM_VAR: &str = "GMLX_CUDA_ATTENTION_WARM";
 
-/// Thread blocks a launch adds to pull [`Decode::next`] into the GPU's L2 cache while its
-/// other blocks attend (`GMLX_CUDA_ATTENTION_WARM=1`: one a multiprocessor, 132 where the count
-/// is unknown), 0 where it adds none (the default, until measured on a GPU). The attention of a
-/// short context reads little: the 8B shape's after 512 tokens, 2 MB a layer in 7.8 us, while
-/// its output projection's 9.5 MB then took 9.6 us from memory (`bench/runs/2026-12-07-h100-3/`).
-pub fn warm_blocks() -> i32 {
-    static BLOCKS: OnceLock<i32> = OnceLock::new();
-    *BLOCKS.get_or_init(|| {
-        if cuda_kernel::opted_in(WARM_VAR) {
-            cuda_kernel::multiprocessors().unwrap_or(132)
-        } else {
-            0
-        }
-    })
+/// Whether a launch given [`Decode::next`] adds [`crate::cuda_warm`]'s blocks that pull it
+/// into the GPU's L2 cache while its other blocks attend (`GMLX_CUDA_ATTENTION_WARM=1`; off by
+/// default, until measured on a GPU). The attention of a short context reads little: the 8B
+/// shape's after 512 tokens, 2 MB a layer in 7.8 us, while its output projection's 9.5 MB then
+/// took 9.6 us from memory (`bench/runs/2026-12-07-h100-3/`).
+pub fn warming() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| cuda_kernel::opted_in(WARM_VAR))
 }
 
 /// The environment variable that turns on (`1`) loading a pass's values with its keys
@@ -217,9 +215,9 @@ pub struct Decode<'a> {
     pub position: &'a Array,
     pub len: i32,
     pub scale: f32,
-    /// The matrix the next launch multiplies (the layer's output projection), which spare
-    /// blocks of this launch pull into L2 where [`warm_blocks`] adds any.
-    pub next: Option<Packed<'a>>,
+    /// The matrix the next launch multiplies (the layer's output projection), which blocks
+    /// added to this launch pull into L2 (where [`warming`]).
+    pub next: Option<&'a WarmSet>,
 }
 
 /// Whether [`decode`] takes `d`: the shapes above with room for the token (`len < capacity`),
@@ -290,20 +288,12 @@ pub fn decode(d: Decode<'_>) -> Result<Array> {
         (c"VE", i32::from(values_early())),
     ];
     let mut blocks = kv_heads * splits;
-    let spec = match d.next.filter(|_| warm_blocks() > 0) {
+    let spec = match d.next.filter(|_| warming()) {
         Some(next) => {
-            let warm = warm_blocks();
-            let derived = crate::cuda_qmv::derived_biases(&[next]) == 1;
-            let biases = next.biases.filter(|_| !derived);
-            inputs.extend([next.w.clone(), next.scales.clone()]);
-            inputs.push(biases.unwrap_or(next.scales).clone());
-            ints.extend([
-                (c"WB", warm),
-                (c"W0B", byte_count(next.w)?),
-                (c"W1B", byte_count(next.scales)?),
-                (c"W2B", biases.map_or(Ok(0), byte_count)?),
-            ]);
-            blocks += warm;
+            let (more, constants) = next.operands(&WARM_SPEC, d.q)?;
+            inputs.extend(more);
+            ints.extend(constants);
+            blocks += cuda_warm::blocks();
             &WARM_SPEC
         }
         None => &SPEC,
@@ -320,12 +310,6 @@ pub fn decode(d: Decode<'_>) -> Result<Array> {
         .into_iter()
         .next()
         .ok_or_else(|| cuda_kernel::error(spec, "MLX returned no output"))
-}
-
-/// `a`'s bytes as the warming kernel's constant takes them (at most 2 GiB).
-fn byte_count(a: &Array) -> Result<i32> {
-    i32::try_from(a.nbytes())
-        .map_err(|_| cuda_kernel::error(&WARM_SPEC, "a matrix of more than 2 GiB to warm"))
 }
 
 /// This thread's counters (uint32 zeros, evaluated once): every launch leaves them at zero,

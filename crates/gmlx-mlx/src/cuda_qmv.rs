@@ -36,6 +36,7 @@ use std::sync::OnceLock;
 use mlx_rs::{Array, Dtype};
 
 use crate::cuda_kernel::{self, switched_on, Spec};
+use crate::cuda_warm::{self, WarmSet};
 use crate::error::{Error, Result};
 use crate::qmm::{Mode, Packed};
 
@@ -139,13 +140,14 @@ enum Kernel {
     Rounded,
     AddRounded,
     RoundRow,
+    AddWarm,
 }
 
 impl Kernel {
     fn spec(self) -> &'static Spec {
         const THREE: &[&str] = &["y0", "y1", "y2"];
         const ONE: &[&str] = &["y"];
-        static SPECS: [Spec; 10] = [
+        static SPECS: [Spec; 11] = [
             Spec {
                 name: "gmlx_qmv4",
                 source: include_str!("kernels/qmv4.cu"),
@@ -220,6 +222,22 @@ impl Kernel {
                 header: HEADER,
                 inputs: &["x"],
                 outputs: &["xq"],
+            },
+            Spec {
+                name: "gmlx_qmv4_add_warm",
+                source: concat!(
+                    include_str!("kernels/warm_blocks.cu"),
+                    include_str!("kernels/qmv4_add.cu")
+                ),
+                header: concat!(
+                    include_str!("kernels/qmv4.cuh"),
+                    include_str!("kernels/warm.cuh")
+                ),
+                inputs: &[
+                    "w", "scales", "biases", "x", "r", "n0", "n1", "n2", "n3", "n4", "n5", "n6",
+                    "n7", "n8",
+                ],
+                outputs: ONE,
             },
         ];
         &SPECS[self as usize]
@@ -368,20 +386,42 @@ pub fn matmul(x: &Array, p: Packed<'_>) -> Result<Array> {
 /// `residual + x @ W^T` for one row `x [..., K]`, a 4-bit affine matrix `W [N, K]` and
 /// `residual [..., N]` of `x`'s dtype, in one launch: the product rounded to the dtype, then
 /// added as MLX adds. The caller checks [`applies`].
-pub fn matmul_add(x: &Array, p: Packed<'_>, residual: &Array) -> Result<Array> {
+/// `next`, where given, are the matrices the next launch multiplies, which blocks added to
+/// this one pull into the GPU's L2 cache ([`crate::cuda_warm`]; not where the row is rounded
+/// by a launch of its own, [`row_rounded_apart`]).
+pub fn matmul_add(
+    x: &Array,
+    p: Packed<'_>,
+    residual: &Array,
+    next: Option<&WarmSet>,
+) -> Result<Array> {
     if !residual_fits(x, &p, residual) {
         return Err(kernel_error(
             "a residual of another shape or dtype than the product",
         ));
     }
-    one_matrix(x, p, Some(residual))
+    one_matrix(x, p, Some((residual, next)))
 }
 
-/// [`matmul`], or [`matmul_add`] given `residual`: one launch of the one-matrix kernel or its
+/// The environment variable that turns on (`1`) the down product's warming of the next
+/// block's q k v matrices ([`warming`]).
+pub const WARM_VAR: &str = "GMLX_CUDA_QMV_WARM";
+
+/// Whether a decoder block's last product (its down product and residual add, [`matmul_add`])
+/// pulls the next block's q k v matrices into L2 while it runs (`GMLX_CUDA_QMV_WARM=1`; off by
+/// default, until measured on a GPU): the 8B down product read 1.4 TB/s of an H100's 3.35,
+/// and the q k v kernel after it 1.0 TB/s from memory (`bench/runs/2026-12-07-h100-2/`).
+pub fn warming() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| cuda_kernel::opted_in(WARM_VAR))
+}
+
+/// [`matmul`], or [`matmul_add`] given a residual: one launch of the one-matrix kernel or its
 /// residual form, with the same constants (their products agree bit for bit).
-fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Array> {
+fn one_matrix(x: &Array, p: Packed<'_>, add: Option<(&Array, Option<&WarmSet>)>) -> Result<Array> {
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
+    let residual = add.map(|(r, _)| r);
     if row_rounded_apart(x.dtype(), k) {
         return rounded_one_matrix(x, p, residual);
     }
@@ -402,7 +442,39 @@ fn one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Arra
         (c"BLOCK", 32 * which.warps_per_block()),
     ];
     let grid = split_grid(which, n, rows, split);
+    if let Some((r, Some(next))) = add {
+        return warming_add(x, p, r, next, &ints, grid);
+    }
     launch_one(which, x, x.clone(), p, residual, &ints, grid)
+}
+
+/// The residual form of the one-matrix kernel with [`crate::cuda_warm`]'s blocks after its
+/// own, pulling `next` into L2.
+fn warming_add(
+    x: &Array,
+    p: Packed<'_>,
+    residual: &Array,
+    next: &WarmSet,
+    ints: &[(&'static CStr, i32)],
+    (threads, block): (i32, i32),
+) -> Result<Array> {
+    let spec = Kernel::AddWarm.spec();
+    let (more, constants) = next.operands(spec, x)?;
+    let mut inputs = operands(&p)?.to_vec();
+    inputs.extend([x.clone(), residual.clone()]);
+    inputs.extend(more);
+    let ints: Vec<_> = ints.iter().copied().chain(constants).collect();
+    let grid = (threads + cuda_warm::blocks() * block, block);
+    let shape = out_shape(x, p.w.shape()[0]);
+    let outputs = launch(
+        Kernel::AddWarm,
+        &inputs,
+        &[&shape],
+        &types(x, p.scales.dtype(), None),
+        &ints,
+        grid,
+    )?;
+    cuda_kernel::single(spec, outputs)
 }
 
 /// [`one_matrix`] with the row rounded to 8-bit activations first, in a launch of its own

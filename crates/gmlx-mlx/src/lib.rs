@@ -25,6 +25,7 @@ mod cuda_kernel;
 pub mod cuda_layer;
 pub mod cuda_q6k;
 pub mod cuda_qmv;
+pub mod cuda_warm;
 pub mod custom_vjp;
 pub mod device;
 mod error;

@@ -1064,8 +1064,14 @@ impl QuantWeight {
 
     /// `residual + x @ W^T` in one CUDA launch ([`crate::cuda_qmv::matmul_add`]), or `None`
     /// (nothing done) where that kernel does not take it: the caller then multiplies and adds,
-    /// which gives the same values.
-    pub fn matmul_add(&self, x: &Array, residual: &Array) -> Result<Option<Array>> {
+    /// which gives the same values. `next`: matrices the launch pulls into L2 for the next one
+    /// ([`crate::cuda_warm`]).
+    pub fn matmul_add(
+        &self,
+        x: &Array,
+        residual: &Array,
+        next: Option<&crate::cuda_warm::WarmSet>,
+    ) -> Result<Option<Array>> {
         if !crate::cuda_qmv::norm_add_enabled() {
             return Ok(None);
         }
@@ -1075,7 +1081,7 @@ impl QuantWeight {
         if !crate::cuda_qmv::residual_fits(x, &p, residual) {
             return Ok(None);
         }
-        Ok(Some(crate::cuda_qmv::matmul_add(x, p, residual)?))
+        Ok(Some(crate::cuda_qmv::matmul_add(x, p, residual, next)?))
     }
 
     /// Whether [`QuantWeight::host_matmul`] takes `rows` rows now: on the CPU, under a

@@ -12,6 +12,7 @@ mod common;
 
 use common::{host_values as host, tolerance, worst, Lcg};
 use gmlx_mlx::cuda_attention::{self, Decode};
+use gmlx_mlx::cuda_warm::WarmSet;
 use gmlx_mlx::qmm::{Mode, Packed};
 use gmlx_mlx::runtime::{backend, Backend};
 use gmlx_mlx::{device, Array, Dtype};
@@ -66,17 +67,11 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], cap: i32, keys: i32, s: Heads) -> 
 /// into L2: its values matter to no one.
 fn next_matrix(rng: &mut Lcg) -> [Array; 3] {
     let (rows, cols) = (1024, 4096);
-    let codes = Array::from_slice(
-        &vec![0x89ab_cdefu32; (rows * cols / 8) as usize],
-        &[rows, cols / 8],
-    );
+    let words = vec![0x89ab_cdefu32; (rows * cols / 8) as usize];
+    let codes = Array::from_slice(&words, &[rows, cols / 8]);
     let side = |rng: &mut Lcg| {
-        array(
-            &rng.values(rows * cols / 32, 1.0),
-            &[rows, cols / 32],
-            Dtype::Bfloat16,
-        )
-        .0
+        let shape = [rows, cols / 32];
+        array(&rng.values(rows * cols / 32, 1.0), &shape, Dtype::Bfloat16).0
     };
     [codes, side(rng), side(rng)]
 }
@@ -109,6 +104,16 @@ fn check(s: Heads, len: i32, dtype: Dtype, rng: &mut Lcg) {
         };
         // the second token's launch pulls a matrix into L2 meanwhile
         let next = next_matrix(rng);
+        let set = WarmSet::of(&[Packed {
+            w: &next[0],
+            scales: &next[1],
+            biases: Some(&next[2]),
+            group_size: 32,
+            bits: 4,
+            mode: Mode::Affine,
+            centered: false,
+        }])
+        .expect("one matrix");
         let d = Decode {
             q: &q,
             k: &k,
@@ -118,15 +123,7 @@ fn check(s: Heads, len: i32, dtype: Dtype, rng: &mut Lcg) {
             position: &pos,
             len: position,
             scale: 1.0 / (s.d as f32).sqrt(),
-            next: (step == 1).then(|| Packed {
-                w: &next[0],
-                scales: &next[1],
-                biases: Some(&next[2]),
-                group_size: 32,
-                bits: 4,
-                mode: Mode::Affine,
-                centered: false,
-            }),
+            next: (step == 1).then_some(&set),
         };
         assert!(cuda_attention::fits(&d), "{s:?} at {position} is taken");
         let out = cuda_attention::decode(d).expect("decode");
@@ -154,8 +151,8 @@ fn the_cuda_decode_attention_matches_the_reference() {
     std::env::set_var(cuda_attention::WARM_VAR, "1");
     device::use_device(device::DeviceChoice::Gpu).expect("gpu");
     assert!(
-        cuda_attention::warm_blocks() > 0,
-        "the launch adds blocks to warm L2"
+        cuda_attention::warming(),
+        "the second tokens' launches warm L2"
     );
     let mut rng = Lcg(11);
     for dtype in [Dtype::Bfloat16, Dtype::Float16, Dtype::Float32] {

@@ -16,6 +16,7 @@ use gmlx_gguf::{GgmlType, GgufFile, GgufWriter};
 use gmlx_mlx::cuda_attention::{self, Decode};
 use gmlx_mlx::cuda_layer::{self, Block};
 use gmlx_mlx::cuda_qmv::{Norm, Rotation};
+use gmlx_mlx::cuda_warm::WarmSet;
 use gmlx_mlx::runtime::{backend, Backend};
 use gmlx_mlx::{device, Array, Dtype, QuantWeight};
 
@@ -117,6 +118,8 @@ fn staged(b: &Block<'_>) -> Array {
     let [q, k, v] = QuantWeight::norm_matmul_three(b.x, b.attn_norm, Some(b.rope), [b.q, b.k, b.v])
         .expect("q k v")
         .expect("the q k v kernel takes it");
+    // pulled into L2 by the attention's launch under GMLX_CUDA_ATTENTION_WARM=1
+    let warm = b.output.next_launch_view().and_then(|p| WarmSet::of(&[p]));
     let attended = cuda_attention::decode(Decode {
         q: &q,
         k: &k,
@@ -126,19 +129,19 @@ fn staged(b: &Block<'_>) -> Array {
         position: b.rope.position,
         len: b.len,
         scale: b.scale,
-        next: b.output.next_launch_view(),
+        next: warm.as_ref(),
     })
     .expect("attention");
     let h = b
         .output
-        .matmul_add(&attended, b.x)
+        .matmul_add(&attended, b.x, None)
         .expect("output")
         .expect("the output kernel takes it");
     let act = QuantWeight::norm_silu_glu(&h, b.ffn_norm, b.gate, b.up)
         .expect("gate up")
         .expect("the gate-up kernel takes it");
     b.down
-        .matmul_add(&act, &h)
+        .matmul_add(&act, &h, None)
         .expect("down")
         .expect("the down kernel takes it")
 }

@@ -13,6 +13,7 @@
 mod common;
 
 use common::{host_values as host, tolerance, worst, Lcg};
+use gmlx_mlx::cuda_warm::WarmSet;
 use gmlx_mlx::qmm::{self, Mode, Packed};
 use gmlx_mlx::runtime::{backend, Backend};
 use gmlx_mlx::{cuda_attention, cuda_qmv, device, fast, Array, Dtype};
@@ -367,7 +368,7 @@ fn check_add(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
     let m = Matrix::random(n, k, dtype, rng);
     let x = row(k, dtype, 0, rng);
     let r = row(n, dtype, 3, rng);
-    let y = cuda_qmv::matmul_add(&x, m.packed(), &r).expect("kernel");
+    let y = cuda_qmv::matmul_add(&x, m.packed(), &r, None).expect("kernel");
     let rs = host(&r);
     let reference: Vec<f64> = m
         .reference(&multiplied(
@@ -391,6 +392,15 @@ fn check_add(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
         host(&y),
         host(&unfused),
         "add {n} x {k} {dtype:?}: not MLX's add"
+    );
+    // with blocks added that pull three matrices into L2 for a next launch: the same values
+    let next = [0, 1, 2].map(|_| Matrix::random(n, k, dtype, rng));
+    let set = WarmSet::of(&next.each_ref().map(|m| m.packed())).expect("three matrices");
+    let warmed = cuda_qmv::matmul_add(&x, m.packed(), &r, Some(&set)).expect("kernel");
+    assert_eq!(
+        host(&warmed),
+        host(&y),
+        "add {n} x {k} {dtype:?}: warming L2 changed the product"
     );
 }
 

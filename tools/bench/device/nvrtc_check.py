@@ -33,6 +33,9 @@ struct Shape {
 """
 
 B, F = "__nv_bfloat16", "float"
+# a warming launch's extra inputs (cuda_warm.rs) and constants: codes and bfloat16 scales, biases
+WARM = [(f"n{i}", "uint32_t" if i % 3 == 0 else B) for i in range(9)]
+WARM_PARAMS = "WB " + " ".join(f"N{i}B" for i in range(9))
 BITS = {"EPS": 0x3727C5AC, "PSCALE": 0x3F800000, "SCALE": 0x3DB504F3}
 
 
@@ -104,11 +107,17 @@ FORMS = [
      [[B, 128, 4, 8, 8, 128, "SCALE", ve] for ve in (0, 1)]
      + [[B, 128, 4, 8, per, 128, "SCALE", 0] for per in (2, 4)]
      + [[B, 64, 3, 3, 8, 128, "SCALE", ve] for ve in (0, 1)]),
-    ("attend_decode_warm.cu", "attend.cuh+warm.cuh",
+    ("warm_blocks.cu+attend_decode_warm.cu", "attend.cuh+warm.cuh",
      [("q", "T"), ("k", "T"), ("v", "T"), ("kc", "T"), ("kc_shape", "Shape"), ("vc", "T"),
-      ("pos", "int32_t"), ("counters", "uint32_t"), ("w0", "uint32_t"), ("w1", B), ("w2", B)],
-     ["out", "part"], "T D G HKV PER BLOCK SCALE VE WB W0B W1B W2B",
-     [[B, 128, 4, 8, 8, 128, "SCALE", 0, 132, 8388608, 1048576, b] for b in (0, 1048576)]),
+      ("pos", "int32_t"), ("counters", "uint32_t")] + WARM,
+     ["out", "part"], "T D G HKV PER BLOCK SCALE VE " + WARM_PARAMS,
+     [[B, 128, 4, 8, 8, 128, "SCALE", 0, 132, 8388608, 1048576, b] + [0] * 6
+      for b in (0, 1048576)]),
+    ("warm_blocks.cu+qmv4_add.cu", "qmv4.cuh+warm.cuh",
+     [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")] + WARM,
+     ["y"], "T S K N ROWS SPLIT B8 Q8 BLOCK " + WARM_PARAMS,
+     [[B, B, 14336, 4096, 2, 1, b8, q8, 128, 132] + [16777216, 2097152, 0] * 3
+      for b8 in (0, 1) for q8 in (0, 1)]),
     ("layer_decode.cu", "qmv4.cuh+attend.cuh+layer.cuh",
      [("x", "T"), ("an", "W")] + side("q") + side("k") + side("v")
      + [("inv_freq", "float"), ("pos", "int32_t"), ("kc", "T"), ("kc_shape", "Shape"),
@@ -181,7 +190,7 @@ def kernel_source(body_file, header, inputs, outputs, params, values):
     # an output is named (of type T) or (name, type)
     args += [f"{o[1]}* {o[0]}" if isinstance(o, tuple) else f"float* {o}" if o == "part"
              else f"T* {o}" for o in outputs]
-    body = open(os.path.join(KERNELS, body_file)).read()
+    body = "".join(open(os.path.join(KERNELS, b)).read() for b in body_file.split("+"))
     head = "".join(open(os.path.join(KERNELS, h)).read() for h in header.split("+"))
     literal = [str(BITS.get(v, v)) for v in values]
     inst = ", ".join(literal)

@@ -1,6 +1,7 @@
 //! Grouped-query softmax attention with rotary positions, optional per-head Q/K norms,
 //! sinks, a sliding window, and QSA block-sparse selection (Qwen4 experimental, [`Qsa`]).
 use gmlx_mlx::cuda_qmv::Rotation;
+use gmlx_mlx::cuda_warm::WarmSet;
 use gmlx_mlx::{Array, Dtype};
 
 use crate::blocks::blocked_attention;
@@ -110,6 +111,17 @@ impl QkvProjection {
                 Ok(Some((q, k, v)))
             }
         }
+    }
+
+    /// The separate form's three matrices for a launch before theirs to pull into L2
+    /// ([`gmlx_mlx::cuda_warm`]); `None` for the fused form or a weight the kernels do not take.
+    pub fn warm_set(&self) -> Option<WarmSet> {
+        let [q, k, v] = self.separate()?;
+        WarmSet::of(&[
+            q.weight.next_launch_view()?,
+            k.weight.next_launch_view()?,
+            v.weight.next_launch_view()?,
+        ])
     }
 
     /// The three projections of the separate form (queries, keys, values); `None` for the
@@ -417,7 +429,7 @@ impl Attention {
             return self.forward_residual_unrotated(x, norm, layer, ctx);
         };
         let out = self.attend(x, q, k, v, true, layer, ctx)?;
-        self.attn_output.forward_residual(&out, x)
+        self.attn_output.forward_residual(&out, x, None)
     }
 
     /// The whole block of one token of one sequence in gmlx's decode-layer CUDA kernel
@@ -500,7 +512,7 @@ impl Attention {
     ) -> Result<Array> {
         let (q, k, v) = self.qkv.forward_normed(x, norm)?;
         let out = self.attend(x, q, k, v, false, layer, ctx)?;
-        self.attn_output.forward_residual(&out, x)
+        self.attn_output.forward_residual(&out, x, None)
     }
 
     /// Whether queries and keys go from their projections straight to the rotation (no
@@ -604,7 +616,8 @@ impl Attention {
                 };
                 if let Some(p) = &decoded {
                     let at = (position, p);
-                    let next = self.attn_output.weight.next_launch_view();
+                    let next = self.output_warm_set();
+                    let next = next.as_ref();
                     if let Some(out) = cache.attend_decode(&q, &k, &v, at, self.scale(), next) {
                         outs.push(out?);
                         continue;
@@ -784,6 +797,15 @@ impl Attention {
 
     fn sdpa(&self, q: &Array, k: &Array, v: &Array, mask: &KeyMask) -> Result<Array> {
         blocked_attention::attention(q, k, v, self.scale(), mask, self.sinks.as_ref())
+    }
+
+    /// The output projection's arrays for the attention launch to pull into L2 before its
+    /// product, where that launch does ([`gmlx_mlx::cuda_attention::warming`]).
+    fn output_warm_set(&self) -> Option<WarmSet> {
+        if !gmlx_mlx::cuda_attention::warming() {
+            return None;
+        }
+        WarmSet::of(&[self.attn_output.weight.next_launch_view()?])
     }
 
     fn scale(&self) -> f32 {

@@ -1,5 +1,6 @@
 //! What a forward pass tells every block: the token ids, where each row of the batch stands,
 //! and (when the pass continues sequences) each row's caches.
+use gmlx_mlx::cuda_warm::WarmSet;
 use gmlx_mlx::Array;
 
 use crate::cache::{LayerCache, SequenceCache};
@@ -20,6 +21,9 @@ pub struct ForwardCtx<'a, 's> {
     /// The first row's position as an int32 array, made once per pass when a block asks
     /// ([`ForwardCtx::first_position`]).
     first_position: Option<Array>,
+    /// The next block's first matrices, which the running block's last launch pulls into the
+    /// GPU's L2 cache (set by the decoder's loop where [`gmlx_mlx::cuda_qmv::warming`]).
+    pub next_block: Option<WarmSet>,
 }
 
 impl<'a, 's> ForwardCtx<'a, 's> {
@@ -32,6 +36,7 @@ impl<'a, 's> ForwardCtx<'a, 's> {
             positions,
             caches: Some(caches),
             first_position: None,
+            next_block: None,
         }
     }
 
@@ -43,6 +48,7 @@ impl<'a, 's> ForwardCtx<'a, 's> {
             caches: None,
             selection: vec![None],
             first_position: None,
+            next_block: None,
         }
     }
 

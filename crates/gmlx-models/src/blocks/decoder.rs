@@ -1,6 +1,7 @@
 //! The pre-norm decoder stack every architecture here shares: embedding, blocks of a mixer
 //! and a feed-forward with residuals, final norm, output head; and the one forward pass that
 //! runs it, for generation, batched serving, training and benchmarks alike.
+use gmlx_mlx::cuda_warm::WarmSet;
 use gmlx_mlx::{Array, Dtype, QuantWeight};
 
 use crate::blocks::attn_res::{self, BlockResidual, ResidualMix};
@@ -186,6 +187,15 @@ impl DecoderLayer {
         self.linears_mut().into_iter().find(|l| l.name() == name)
     }
 
+    /// The first matrices this block multiplies (a plain attention's q k v), for the block
+    /// before it to pull into L2 ([`ForwardCtx::next_block`]).
+    fn warm_set(&self) -> Option<WarmSet> {
+        match &self.mixer {
+            Mixer::Attention(attention) => attention.qkv.warm_set(),
+            _ => None,
+        }
+    }
+
     /// Block `layer` on `x [batch, tokens, hidden]`.
     pub fn forward(&self, x: &Array, layer: usize, ctx: &mut ForwardCtx<'_, '_>) -> Result<Array> {
         if let Some(hyper) = &self.hyper {
@@ -223,7 +233,9 @@ impl DecoderLayer {
             }
         };
         match (&self.ffn, &self.ffn_norm) {
-            (Ffn::Dense(mlp), Some(norm)) => mlp.forward_residual(&h, norm),
+            (Ffn::Dense(mlp), Some(norm)) => {
+                mlp.forward_residual(&h, norm, ctx.next_block.as_ref())
+            }
             _ => self.feed_forward(&h, layer, ctx),
         }
     }
@@ -572,9 +584,15 @@ impl Decoder {
             .until
             .unwrap_or(self.layers.len())
             .min(self.layers.len());
+        let warming = gmlx_mlx::cuda_qmv::warming() && ctx.is_cached();
         for (layer, block) in self.layers.iter().enumerate().take(end).skip(start) {
+            ctx.next_block = match self.layers.get(layer + 1) {
+                Some(next) if warming && layer + 1 < end => next.warm_set(),
+                _ => None,
+            };
             x = runner.run(layer, block, x, ctx)?;
         }
+        ctx.next_block = None;
         if pass.until.is_some() {
             return Ok(x);
         }

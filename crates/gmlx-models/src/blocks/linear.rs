@@ -1,6 +1,7 @@
 //! A linear layer: a (usually quantized) base weight, an optional bias, and an optional LoRA
 //! adapter applied live: `y = x·Wᵀ + b + scale·(x·Aᵀ)·Bᵀ`, the base never merged or copied.
 use gmlx_mlx::cuda_qmv::Rotation;
+use gmlx_mlx::cuda_warm::WarmSet;
 use gmlx_mlx::{Array, QuantWeight};
 
 use crate::blocks::norm::RmsNorm;
@@ -131,10 +132,15 @@ impl Linear {
     }
 
     /// `residual + self.forward(x)`, in one CUDA launch where gmlx's kernel takes it (a plain
-    /// layer, [`QuantWeight::matmul_add`]).
-    pub fn forward_residual(&self, x: &Array, residual: &Array) -> Result<Array> {
+    /// layer, [`QuantWeight::matmul_add`], which pulls `next` into L2 for the launch after it).
+    pub fn forward_residual(
+        &self,
+        x: &Array,
+        residual: &Array,
+        next: Option<&WarmSet>,
+    ) -> Result<Array> {
         if self.is_plain() {
-            if let Some(y) = self.weight.matmul_add(x, residual)? {
+            if let Some(y) = self.weight.matmul_add(x, residual, next)? {
                 return Ok(y);
             }
         }

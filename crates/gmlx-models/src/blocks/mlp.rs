@@ -1,3 +1,4 @@
+use gmlx_mlx::cuda_warm::WarmSet;
 use gmlx_mlx::{ops, Array, QuantWeight};
 
 use crate::blocks::linear::Linear;
@@ -67,7 +68,14 @@ impl SwiGlu {
     /// `h + self.forward(norm(h))` (a block's feed-forward half): where gmlx's CUDA kernels take
     /// them, the norm, both products and the SwiGLU in one launch, the down product and the
     /// add in another.
-    pub fn forward_residual(&self, h: &Array, norm: &RmsNorm) -> Result<Array> {
+    /// `next`: the next block's first matrices, which the down product's launch pulls into L2
+    /// ([`gmlx_mlx::cuda_qmv::warming`]).
+    pub fn forward_residual(
+        &self,
+        h: &Array,
+        norm: &RmsNorm,
+        next: Option<&WarmSet>,
+    ) -> Result<Array> {
         let fused = match self.plain_silu() {
             true => QuantWeight::norm_silu_glu(
                 h,
@@ -81,7 +89,7 @@ impl SwiGlu {
             Some(a) => a,
             None => self.activation(&norm.forward(h)?)?,
         };
-        self.ffn_down.forward_residual(&activation, h)
+        self.ffn_down.forward_residual(&activation, h, next)
     }
 
     /// `glu(gate(x), up(x))`: one CUDA launch for both products and the SwiGLU, where gmlx's

@@ -2,7 +2,7 @@
 use std::sync::Arc;
 
 use gmlx_mlx::cuda_attention::{self, Decode};
-use gmlx_mlx::qmm::Packed;
+use gmlx_mlx::cuda_warm::WarmSet;
 use gmlx_mlx::slicing::{slice, slice_update};
 use gmlx_mlx::{ops, Array, Dtype};
 
@@ -213,7 +213,7 @@ impl FullKv {
         v: &Array,
         position: (i32, &Array),
         scale: f32,
-        next: Option<Packed<'_>>,
+        next: Option<&WarmSet>,
     ) -> Option<Result<Array>> {
         if !cuda_attention::enabled() {
             return None;

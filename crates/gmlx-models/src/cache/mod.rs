@@ -12,7 +12,7 @@ pub use latent::Latent;
 pub use recurrent::Recurrent;
 pub use rotating::RotatingKv;
 
-use gmlx_mlx::qmm::Packed;
+use gmlx_mlx::cuda_warm::WarmSet;
 use gmlx_mlx::Array;
 
 use crate::error::Result;
@@ -136,7 +136,7 @@ impl LayerCache {
         v: &Array,
         position: (i32, &Array),
         scale: f32,
-        next: Option<Packed<'_>>,
+        next: Option<&WarmSet>,
     ) -> Option<Result<Array>> {
         match self {
             LayerCache::FullKv(c) => c.attend_decode(q, k, v, position, scale, next),
