@@ -81,3 +81,46 @@ fn byte_count(spec: &Spec, a: &Array) -> Result<i32> {
     i32::try_from(a.nbytes())
         .map_err(|_| cuda_kernel::error(spec, "an array of more than 2 GiB to pull into L2"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qmm::Mode;
+
+    static SPEC: Spec = Spec {
+        name: "warm_test",
+        source: "",
+        header: "",
+        inputs: &[],
+        outputs: &[],
+    };
+
+    #[test]
+    fn a_set_holds_codes_scales_and_the_biases_a_launch_reads() {
+        // 4 rows of 128 values: 256 bytes of codes, 64 of float32 scales and of biases
+        let w = Array::from_slice(&[0u32; 64], &[4, 16]);
+        let s = Array::from_slice(&[1.0f32; 16], &[4, 4]);
+        let b = Array::from_slice(&[-8.0f32; 16], &[4, 4]);
+        let matrix = |centered| Packed {
+            w: &w,
+            scales: &s,
+            biases: Some(&b),
+            group_size: 32,
+            bits: 4,
+            mode: Mode::Affine,
+            centered,
+        };
+        // a centered matrix's biases are derived from its scales (GMLX_CUDA_QMV_CENTERED)
+        let set = WarmSet::of(&[matrix(false), matrix(true)]).expect("two matrices");
+        assert_eq!(set.bytes(), 256 + 64 + 64 + 256 + 64);
+        let filler = Array::from_slice(&[0.0f32], &[1]);
+        let (inputs, ints) = set.operands(&SPEC, &filler).expect("operands");
+        assert_eq!(inputs.len(), SLOTS);
+        assert_eq!(ints[0], (c"WB", blocks()));
+        let bytes: Vec<i32> = ints[1..].iter().map(|&(_, n)| n).collect();
+        assert_eq!(bytes, [256, 64, 64, 256, 64, 0, 0, 0, 0]);
+        assert_eq!(inputs[5].nbytes(), 4, "an empty slot holds the filler");
+        assert!(WarmSet::of(&[]).is_none());
+        assert!(WarmSet::of(&[matrix(false); 4]).is_none(), "at most three");
+    }
+}
