@@ -8,6 +8,7 @@
 //! A warming launch takes [`SLOTS`] arrays more than its plain form (`n0` to `n8`, each with its
 //! bytes as a constant, 0 for a slot left empty) and [`blocks`] more blocks, the last ones.
 use std::ffi::CStr;
+use std::sync::OnceLock;
 
 use mlx_rs::Array;
 
@@ -29,6 +30,18 @@ pub(crate) type WarmOperands = (Vec<Array>, Vec<(&'static CStr, i32)>);
 /// driver does not say).
 pub fn blocks() -> i32 {
     cuda_kernel::multiprocessors().unwrap_or(132)
+}
+
+/// The environment variable that asks for the warmed lines at L2's usual eviction priority
+/// (`0`; [`evict_last`]).
+pub const EVICT_LAST_VAR: &str = "GMLX_CUDA_WARM_EVICT_LAST";
+
+/// Whether the warmed lines are the last L2 evicts (`prefetch.global.L2::evict_last`), so that
+/// the reads between the warming and the launch that needs them do not push them out; unless
+/// `GMLX_CUDA_WARM_EVICT_LAST=0` (plain `prefetch.global.L2`).
+fn evict_last() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| cuda_kernel::switched_on(EVICT_LAST_VAR))
 }
 
 /// The arrays of up to three matrices that a launch pulls into L2 for the next one: each
@@ -55,10 +68,11 @@ impl WarmSet {
     }
 
     /// The launch's extra inputs (the empty slots filled with `filler`, which no block reads)
-    /// and constants (`WB`, the warming blocks, and each slot's bytes), for a launch of `spec`.
+    /// and constants (`WB`, the warming blocks; `WL`, [`evict_last`]; each slot's bytes), for a
+    /// launch of `spec`.
     pub(crate) fn operands(&self, spec: &Spec, filler: &Array) -> Result<WarmOperands> {
         let mut inputs = Vec::with_capacity(SLOTS);
-        let mut ints = vec![(c"WB", blocks())];
+        let mut ints = vec![(c"WB", blocks()), (c"WL", i32::from(evict_last()))];
         for (slot, name) in BYTES.iter().enumerate() {
             let (array, bytes) = match self.arrays.get(slot) {
                 Some(a) => (a, byte_count(spec, a)?),
@@ -117,7 +131,7 @@ mod tests {
         let (inputs, ints) = set.operands(&SPEC, &filler).expect("operands");
         assert_eq!(inputs.len(), SLOTS);
         assert_eq!(ints[0], (c"WB", blocks()));
-        let bytes: Vec<i32> = ints[1..].iter().map(|&(_, n)| n).collect();
+        let bytes: Vec<i32> = ints[2..].iter().map(|&(_, n)| n).collect();
         assert_eq!(bytes, [256, 64, 64, 256, 64, 0, 0, 0, 0]);
         assert_eq!(inputs[5].nbytes(), 4, "an empty slot holds the filler");
         assert!(WarmSet::of(&[]).is_none());

@@ -35,7 +35,7 @@ struct Shape {
 B, F = "__nv_bfloat16", "float"
 # a warming launch's extra inputs (cuda_warm.rs) and constants: codes and bfloat16 scales, biases
 WARM = [(f"n{i}", "uint32_t" if i % 3 == 0 else B) for i in range(9)]
-WARM_PARAMS = "WB " + " ".join(f"N{i}B" for i in range(9))
+WARM_PARAMS = "WB WL " + " ".join(f"N{i}B" for i in range(9))
 BITS = {"EPS": 0x3727C5AC, "PSCALE": 0x3F800000, "SCALE": 0x3DB504F3}
 
 
@@ -111,12 +111,12 @@ FORMS = [
      [("q", "T"), ("k", "T"), ("v", "T"), ("kc", "T"), ("kc_shape", "Shape"), ("vc", "T"),
       ("pos", "int32_t"), ("counters", "uint32_t")] + WARM,
      ["out", "part"], "T D G HKV PER BLOCK SCALE VE " + WARM_PARAMS,
-     [[B, 128, 4, 8, 8, 128, "SCALE", 0, 132, 8388608, 1048576, b] + [0] * 6
-      for b in (0, 1048576)]),
+     [[B, 128, 4, 8, 8, 128, "SCALE", 0, 132, last, 8388608, 1048576, b] + [0] * 6
+      for b in (0, 1048576) for last in (0, 1)]),
     ("warm_blocks.cu+qmv4_add.cu", "qmv4.cuh+warm.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")] + WARM,
      ["y"], "T S K N ROWS SPLIT B8 Q8 BLOCK " + WARM_PARAMS,
-     [[B, B, 14336, 4096, 2, 1, b8, q8, 128, 132] + [16777216, 2097152, 0] * 3
+     [[B, B, 14336, 4096, 2, 1, b8, q8, 128, 132, 1] + [16777216, 2097152, 0] * 3
       for b8 in (0, 1) for q8 in (0, 1)]),
     ("layer_decode.cu", "qmv4.cuh+attend.cuh+layer.cuh",
      [("x", "T"), ("an", "W")] + side("q") + side("k") + side("v")
