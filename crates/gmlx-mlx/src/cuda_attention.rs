@@ -128,8 +128,9 @@ pub const WARM_VAR: &str = "GMLX_CUDA_ATTENTION_WARM";
 /// Whether a launch given [`Decode::next`] adds [`crate::cuda_warm`]'s blocks that pull it
 /// into the GPU's L2 cache while its other blocks attend (`GMLX_CUDA_ATTENTION_WARM=1`; off by
 /// default, until measured on a GPU). The attention of a short context reads little: the 8B
-/// shape's after 512 tokens, 2 MB a layer in 7.8 us, while its output projection's 9.5 MB then
-/// took 9.6 us from memory (`bench/runs/2026-12-07-h100-3/`).
+/// shape's caches after 512 tokens are 2 MB a layer, and in a profile of a 16-token prompt on
+/// an H100 a launch took 7.8 us while the output projection's 9.5 MB took 9.6 us from memory
+/// (`bench/runs/2026-12-07-h100-3/ncu-decode-call5-summary.md`).
 pub fn warming() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| cuda_kernel::opted_in(WARM_VAR))

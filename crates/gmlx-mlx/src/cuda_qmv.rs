@@ -409,8 +409,9 @@ pub const WARM_VAR: &str = "GMLX_CUDA_QMV_WARM";
 
 /// Whether a decoder block's last product (its down product and residual add, [`matmul_add`])
 /// pulls the next block's q k v matrices into L2 while it runs (`GMLX_CUDA_QMV_WARM=1`; off by
-/// default, until measured on a GPU): the 8B down product read 1.4 TB/s of an H100's 3.35,
-/// and the q k v kernel after it 1.0 TB/s from memory (`bench/runs/2026-12-07-h100-2/`).
+/// default, until measured on a GPU): on an H100 the 8B down product read 1.4 TB/s and the q
+/// k v kernel after it 0.8-1.0 TB/s from memory, the gate-up kernel 2.1
+/// (`bench/runs/2026-12-07-h100-2/`, `-3/`, their `ncu-decode-*-summary.md`).
 pub fn warming() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| cuda_kernel::opted_in(WARM_VAR))
