@@ -156,9 +156,9 @@ fn parts<'a>(b: &Block<'a>) -> Option<Parts<'a>> {
     let xs = b.x.shape();
     let hidden = *xs.last()?;
     let dtype = b.x.dtype();
-    let (q, k, v) = (b.q.layer_view()?, b.k.layer_view()?, b.v.layer_view()?);
-    let (output, down) = (b.output.layer_view()?, b.down.layer_view()?);
-    let (gate, up) = (b.gate.layer_view()?, b.up.layer_view()?);
+    let (q, k, v) = (b.q.decode_view()?, b.k.decode_view()?, b.v.decode_view()?);
+    let (output, down) = (b.output.decode_view()?, b.down.decode_view()?);
+    let (gate, up) = (b.gate.decode_view()?, b.up.decode_view()?);
     let head_dim = b.rope.head_dim;
     let cs = b.keys.shape();
     if xs != [1, 1, hidden] || cs.len() != 4 || head_dim <= 0 {

@@ -978,23 +978,18 @@ impl QuantWeight {
         Ok(matches!(route(x, &p)?, Route::CudaVector).then_some(p))
     }
 
-    /// This weight's packed view for gmlx's decode-layer kernel ([`crate::cuda_layer`]): on a
-    /// GPU, not training, with the fused kernels on, a packed weight as it is held (not a compact
-    /// one MLX would widen). The kernel checks the view's form and shape.
-    pub(crate) fn layer_view(&self) -> Option<Packed<'_>> {
+    /// This weight's packed view for gmlx's CUDA decode kernels that take it as it is held:
+    /// the decode-layer kernel ([`crate::cuda_layer`]) and a launch that pulls its bytes into L2
+    /// before its product ([`crate::cuda_warm`]). On a GPU, not training, with the fused kernels
+    /// on, a packed weight as it is held (not a compact one MLX would widen). The kernel checks
+    /// the view's form and shape.
+    pub fn decode_view(&self) -> Option<Packed<'_>> {
         let View::Packed(p) = self.view() else {
             return None;
         };
         let on_gpu = crate::device::current() != Some(crate::device::DeviceKind::Cpu);
         let training = TRAINING.with(|f| f.get());
         (on_gpu && !training && !self.compact() && crate::cuda_qmv::fusion_enabled()).then_some(p)
-    }
-
-    /// This weight as gmlx's CUDA kernels hold it for a decode step ([`QuantWeight::layer_view`]),
-    /// for a launch before its product that pulls its bytes into L2
-    /// ([`crate::cuda_attention::Decode::next`]).
-    pub fn next_launch_view(&self) -> Option<Packed<'_>> {
-        self.layer_view()
     }
 
     /// `[x @ W^T]` for three weights in one CUDA launch ([`crate::cuda_qmv::matmul_three`]), or

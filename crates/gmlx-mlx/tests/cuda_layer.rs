@@ -119,7 +119,7 @@ fn staged(b: &Block<'_>) -> Array {
         .expect("q k v")
         .expect("the q k v kernel takes it");
     // pulled into L2 by the attention's launch under GMLX_CUDA_ATTENTION_WARM=1
-    let warm = b.output.next_launch_view().and_then(|p| WarmSet::of(&[p]));
+    let warm = b.output.decode_view().and_then(|p| WarmSet::of(&[p]));
     let attended = cuda_attention::decode(Decode {
         q: &q,
         k: &k,

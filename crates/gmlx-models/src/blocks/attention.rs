@@ -118,9 +118,9 @@ impl QkvProjection {
     pub fn warm_set(&self) -> Option<WarmSet> {
         let [q, k, v] = self.separate()?;
         WarmSet::of(&[
-            q.weight.next_launch_view()?,
-            k.weight.next_launch_view()?,
-            v.weight.next_launch_view()?,
+            q.weight.decode_view()?,
+            k.weight.decode_view()?,
+            v.weight.decode_view()?,
         ])
     }
 
@@ -805,7 +805,7 @@ impl Attention {
         if !gmlx_mlx::cuda_attention::warming() {
             return None;
         }
-        WarmSet::of(&[self.attn_output.weight.next_launch_view()?])
+        WarmSet::of(&[self.attn_output.weight.decode_view()?])
     }
 
     fn scale(&self) -> f32 {
