@@ -446,7 +446,8 @@ fn one_matrix(x: &Array, p: Packed<'_>, add: Option<(&Array, Option<&WarmSet>)>)
     if let Some((r, Some(next))) = add {
         return warming_add(x, p, r, next, &ints, grid);
     }
-    launch_one(which, x, x.clone(), p, residual, &ints, grid)
+    let tail: Vec<Array> = residual.into_iter().cloned().collect();
+    launch_one(which, x, x.clone(), p, &tail, &ints, grid)
 }
 
 /// The residual form of the one-matrix kernel with [`crate::cuda_warm`]'s blocks after its
@@ -459,23 +460,11 @@ fn warming_add(
     ints: &[(&'static CStr, i32)],
     (threads, block): (i32, i32),
 ) -> Result<Array> {
-    let spec = Kernel::AddWarm.spec();
-    let (more, constants) = next.operands(spec, x)?;
-    let mut inputs = operands(&p)?.to_vec();
-    inputs.extend([x.clone(), residual.clone()]);
-    inputs.extend(more);
+    let (more, constants) = next.operands(Kernel::AddWarm.spec(), x)?;
+    let tail: Vec<Array> = std::iter::once(residual.clone()).chain(more).collect();
     let ints: Vec<_> = ints.iter().copied().chain(constants).collect();
     let grid = (threads + cuda_warm::blocks() * block, block);
-    let shape = out_shape(x, p.w.shape()[0]);
-    let outputs = launch(
-        Kernel::AddWarm,
-        &inputs,
-        &[&shape],
-        &types(x, p.scales.dtype(), None),
-        &ints,
-        grid,
-    )?;
-    cuda_kernel::single(spec, outputs)
+    launch_one(Kernel::AddWarm, x, x.clone(), p, &tail, &ints, grid)
 }
 
 /// [`one_matrix`] with the row rounded to 8-bit activations first, in a launch of its own
@@ -495,23 +484,25 @@ fn rounded_one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Res
         (c"B8", derived_biases(&[p])),
     ];
     let grid = grid(which, (n + rows - 1) / rows);
-    launch_one(which, x, round_row(x, k)?, p, residual, &ints, grid)
+    let tail: Vec<Array> = residual.into_iter().cloned().collect();
+    launch_one(which, x, round_row(x, k)?, p, &tail, &ints, grid)
 }
 
 /// One launch of a one-matrix kernel `which` on `row` (`x`, or what was made of it), with the
-/// residual where given: its product `[..., N]` in `x`'s dtype.
+/// inputs after the row in `tail` (the residual where given, then any warming arrays): its
+/// product `[..., N]` in `x`'s dtype.
 fn launch_one(
     which: Kernel,
     x: &Array,
     row: Array,
     p: Packed<'_>,
-    residual: Option<&Array>,
+    tail: &[Array],
     ints: &[(&CStr, i32)],
     grid: (i32, i32),
 ) -> Result<Array> {
     let mut inputs = operands(&p)?.to_vec();
     inputs.push(row);
-    inputs.extend(residual.cloned());
+    inputs.extend_from_slice(tail);
     let shape = out_shape(x, p.w.shape()[0]);
     let outputs = launch(
         which,
