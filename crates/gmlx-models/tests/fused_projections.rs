@@ -44,9 +44,19 @@ fn fused_files_give_the_split_files_logits() {
         let joined = load(&fused_path, &LoadOptions::default()).expect("load fused");
         let _ = std::fs::remove_file(&fused_path);
         let tokens = &sequence[..sequence.len().min(64)];
-        let worst = max_abs(&all_logits(&split, tokens), &all_logits(&joined, tokens));
-        eprintln!("{arch}: fused vs split, max |logit difference| {worst:e}");
-        assert!(worst < 1e-5, "{arch}: the fused file differs by {worst}");
+        let split_logits = all_logits(&split, tokens);
+        let worst = max_abs(&split_logits, &all_logits(&joined, tokens));
+        // One product over the stacked rows may sum in another order than three (BLAS picks
+        // its blocking by shape and by CPU: up to 7 ulps of a 20.6 logit on an AMD EPYC), so
+        // the bound is in units of the largest logit's last place; a misplaced row moves
+        // logits by whole units.
+        let largest = split_logits
+            .iter()
+            .flatten()
+            .fold(0f32, |m, v| m.max(v.abs()));
+        let bound = 32.0 * f32::EPSILON * largest;
+        eprintln!("{arch}: fused vs split, max |logit difference| {worst:e} (bound {bound:e})");
+        assert!(worst < bound, "{arch}: the fused file differs by {worst}");
     }
 }
 
