@@ -80,7 +80,8 @@ pub(crate) fn derived_biases(p: &[Packed<'_>]) -> i32 {
 /// ([`split_for`]).
 pub const SPLIT_VAR: &str = "GMLX_CUDA_QMV_SPLIT";
 
-/// The environment variable that turns off (`0`) the normed kernels' early weight loads.
+/// The environment variable that sets (`1`, `0`) the normed kernels' early weight loads
+/// ([`early_loads`]).
 pub const EARLY_VAR: &str = "GMLX_CUDA_QMV_EARLY";
 
 pub(crate) const HEADER: &str = include_str!("kernels/qmv4.cuh");
@@ -686,7 +687,7 @@ fn norm_constants(which: Kernel, norm: Norm<'_>, dtype: Dtype) -> [(&'static CSt
     [
         (c"EPS", norm.eps.to_bits() as i32),
         (c"BLOCK", 32 * which.warps_per_block()),
-        (c"EARLY", i32::from(early_loads())),
+        (c"EARLY", i32::from(early_loads(dtype))),
         (c"SWZ", i32::from(swizzled_row())),
         (c"Q8", i32::from(q8_activations(dtype))),
     ]
@@ -733,14 +734,17 @@ pub const Q8_APART_VAR: &str = "GMLX_CUDA_QMV_Q8_APART";
 /// Whether a one-matrix product of a row of `k` values of `dtype` takes it rounded to 8-bit
 /// activations by a launch of its own (1 792 threads for the 8B down product), its warps
 /// reading the rounded row from global memory: rows of at least `GMLX_CUDA_QMV_Q8_APART`
-/// values (up to 1 048 576; unset or 0: none, the default until measured on a GPU), with
-/// [`q8_activations`]. That down kernel is 80 registers in NVRTC's sm_90 code where rounding the
-/// row in each block made it 167 (`bench/runs/2026-12-07-nvrtc-2/`). `4097` takes the 8B down
-/// product only, `4096` its output projection too.
+/// values (up to 1 048 576; 0: none; 4 097 by default, the 8B down product's 14 336 and not its
+/// output projection's 4 096), with [`q8_activations`]. That down kernel is 80 registers in
+/// NVRTC's sm_90 code where rounding the row in each block made it 167
+/// (`bench/runs/2026-12-07-nvrtc-2/`); on an H100 it took 23.58 us a launch against 32.58, and
+/// with [`early_loads`] off under 8-bit activations the 8B Q4_0 decode went from 336.4-337.9 to
+/// 360.9-363.5 tok/s (`bench/runs/2026-12-07-h100-6/`). `4096` (the output projection too)
+/// measured the same, 367.9 against 361.5-370.0.
 fn row_rounded_apart(dtype: Dtype, k: i32) -> bool {
     static NARROWEST: OnceLock<i32> = OnceLock::new();
     let narrowest =
-        *NARROWEST.get_or_init(|| cuda_kernel::int_setting(Q8_APART_VAR, 0..=1 << 20, 0));
+        *NARROWEST.get_or_init(|| cuda_kernel::int_setting(Q8_APART_VAR, 0..=1 << 20, 4097));
     narrowest > 0 && k >= narrowest && q8_activations(dtype)
 }
 
@@ -762,17 +766,20 @@ fn swizzled_row() -> bool {
     *ENABLED.get_or_init(|| cuda_kernel::opted_in(SWIZZLE_VAR))
 }
 
-/// Whether a normed kernel's warps issue their first weight loads before the block's norm, so
-/// that they are in flight while it runs (on unless `GMLX_CUDA_QMV_EARLY=0`: the 8B Q4_0 decode
-/// 8 % faster on an H100, `bench/runs/2026-12-07-h100-2/`). Its L2-prefetch form
-/// (`prefetch.global.L2` before the norm) made the 8B decode 2.6 % slower on an H100
-/// (`bench/runs/2026-12-06-h100-8/`) and was removed. Under 8-bit activations the loads cost
-/// registers: without them the 8B q k v kernel holds 62-72 against 95 and the gate-up kernel
-/// 54-56 against 90 (NVRTC, `bench/runs/2026-12-07-nvrtc-2/`), which lets a multiprocessor hold
-/// three and four blocks instead of two; not yet measured on a GPU that way.
-fn early_loads() -> bool {
-    static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| switched_on(EARLY_VAR))
+/// Whether a normed kernel over a row of `dtype` has its warps issue their first weight loads
+/// before the block's norm, so that they are in flight while it runs: by default for rows kept
+/// exact (the 8B Q4_0 decode 8 % faster on an H100, `bench/runs/2026-12-07-h100-2/`) and not
+/// under [`q8_activations`], where the loads cost registers: without them the 8B q k v kernel
+/// holds 62-72 against 95 and the gate-up kernel 54-56 against 90 (NVRTC,
+/// `bench/runs/2026-12-07-nvrtc-2/`), and on an H100 the q k v launch took 11.21 us
+/// (`bench/runs/2026-12-07-h100-6/`, with [`row_rounded_apart`]) against 13.99 with them
+/// (`bench/runs/2026-12-07-h100-3/`). `GMLX_CUDA_QMV_EARLY=1`
+/// or `0` sets it for every row. Its L2-prefetch form (`prefetch.global.L2` before the norm)
+/// made the 8B decode 2.6 % slower on an H100 (`bench/runs/2026-12-06-h100-8/`) and was removed.
+fn early_loads(dtype: Dtype) -> bool {
+    static SETTING: OnceLock<Option<bool>> = OnceLock::new();
+    let setting = *SETTING.get_or_init(|| std::env::var(EARLY_VAR).ok().map(|v| v.trim() != "0"));
+    setting.unwrap_or(!q8_activations(dtype))
 }
 
 /// The kernels' template types: `T` (the row's and outputs' dtype), `S` (the matrices'
