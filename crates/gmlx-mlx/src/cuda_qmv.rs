@@ -357,26 +357,49 @@ fn split_grid(which: Kernel, n: i32, rows: i32, split: i32) -> (i32, i32) {
     ((n + rows - 1) / rows * threads, threads)
 }
 
+/// A count of warps to share a row from `var`: 1, 2, 4 or 8 (1 when unset or otherwise).
+fn warps_setting(var: &str) -> i32 {
+    let n = cuda_kernel::int_setting(var, 1..=8, 1);
+    if n.count_ones() == 1 {
+        n
+    } else {
+        1
+    }
+}
+
 /// Warps that share each row of a one-matrix product of `k` columns: `GMLX_CUDA_QMV_SPLIT`
 /// (1, 2, 4 or 8; 1 by default: a warp per row) where `k` is a multiple of 32 times it, else 1.
 /// A warp reads its row's groups 128 at a time (32 lanes, four groups each in flight), waiting
 /// for each round before the next: the Llama-3-8B down product (`k` = 14 336) waits on four.
 fn split_for(k: i32) -> i32 {
     static SPLIT: OnceLock<i32> = OnceLock::new();
-    let split = *SPLIT.get_or_init(|| {
-        let n = cuda_kernel::int_setting(SPLIT_VAR, 1..=8, 1);
-        if n.count_ones() == 1 {
-            n
-        } else {
-            1
-        }
-    });
+    let split = *SPLIT.get_or_init(|| warps_setting(SPLIT_VAR));
     if k % (32 * split) == 0 {
         split
     } else {
         1
     }
 }
+
+/// Warps that share each row of a product whose row was rounded apart ([`row_rounded_apart`]):
+/// `GMLX_CUDA_QMV_Q8_SPLIT` (1, 2, 4 or 8; 1 by default, until measured on a GPU) where `k` is
+/// a multiple of 256 times it (each warp's part of the rounded row starts at a multiple of 8
+/// groups, where the order of its codes repeats), else 1. On an H100 the 8B down product so
+/// read 1.4 TB/s with a warp a row, each warp waiting on four rounds of loads in turn, where the
+/// gate-up kernel (one round a warp) read 2.3 (`bench/runs/2026-12-07-h100-6/`).
+fn rounded_split_for(k: i32) -> i32 {
+    static SPLIT: OnceLock<i32> = OnceLock::new();
+    let split = *SPLIT.get_or_init(|| warps_setting(Q8_SPLIT_VAR));
+    if k % (256 * split) == 0 {
+        split
+    } else {
+        1
+    }
+}
+
+/// The environment variable that sets the warps sharing a row of a product whose row was
+/// rounded apart ([`rounded_split_for`]).
+pub const Q8_SPLIT_VAR: &str = "GMLX_CUDA_QMV_Q8_SPLIT";
 
 /// `x @ W^T` for one row `x [..., K]` and a 4-bit affine matrix `W [N, K]`: `[..., N]` in
 /// `x`'s dtype. The caller checks [`applies`].
@@ -478,13 +501,15 @@ fn rounded_one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Res
         Some(_) => Kernel::AddRounded,
         None => Kernel::Rounded,
     };
+    let split = rounded_split_for(k);
     let ints = [
         (c"K", k),
         (c"N", n),
         (c"ROWS", rows),
+        (c"SPLIT", split),
         (c"B8", derived_biases(&[p])),
     ];
-    let grid = grid(which, (n + rows - 1) / rows);
+    let grid = split_grid(which, n, rows, split);
     let tail: Vec<Array> = residual.into_iter().cloned().collect();
     launch_one(which, x, round_row(x, k)?, p, &tail, &ints, grid)
 }

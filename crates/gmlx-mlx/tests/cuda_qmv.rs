@@ -6,10 +6,11 @@
 //! with the residual added) against the same reference, the normed ones of MLX's own
 //! `rms_norm` of the row (for 16-bit rows, unless `GMLX_CUDA_QMV_Q8=0`, the normed kernels and
 //! the one-matrix ones up to 4 096 columns, or as wide as `GMLX_CUDA_QMV_Q8_APART` says, against
-//! the row rounded to 8 bits per value as they round it). Runs where MLX's CUDA backend is
-//! loaded (the rented GPU machine); elsewhere it says so and passes, as the kernels are never
-//! taken there. MLX's `qmv` is only compared where it can read the row: in MLX 0.32.2 it faults
-//! ("misaligned address") on a 2-byte element 2 bytes off a 4-byte boundary.
+//! the row rounded to 8 bits per value as they round it; rows of 14 336 are rounded apart,
+//! and `GMLX_CUDA_QMV_Q8_SPLIT` has warps share those products' rows). Runs where MLX's CUDA
+//! backend is loaded (the rented GPU machine); elsewhere it says so and passes, as the kernels
+//! are never taken there. MLX's `qmv` is only compared where it can read the row: in MLX
+//! 0.32.2 it faults ("misaligned address") on a 2-byte element 2 bytes off a 4-byte boundary.
 mod common;
 
 use common::{host_values as host, tolerance, worst, Lcg};

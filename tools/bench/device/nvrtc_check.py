@@ -95,11 +95,12 @@ FORMS = [
      [[B, 14336], [B, 1536]]),
     ("qmv4_add_rounded.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("xq", "uint32_t"), ("r", "T")],
-     ["y"], "T S K N ROWS B8", [[B, B, k, n, 2, b8] for k, n in ((14336, 4096), (1536, 576))
-                               for b8 in (0, 1)]),
+     ["y"], "T S K N ROWS SPLIT B8",
+     [[B, B, k, n, 2, 1, b8] for k, n in ((14336, 4096), (1536, 576)) for b8 in (0, 1)]
+     + [[B, B, 14336, 4096, 2, sp, b8] for sp in (2, 4, 8) for b8 in (0, 1)]),
     ("qmv4_rounded.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("xq", "uint32_t")],
-     ["y"], "T S K N ROWS B8", [[B, B, 14336, 4096, 2, 1]]),
+     ["y"], "T S K N ROWS SPLIT B8", [[B, B, 14336, 4096, 2, sp, 1] for sp in (1, 4)]),
     ("attend_decode.cu", "attend.cuh",
      [("q", "T"), ("k", "T"), ("v", "T"), ("kc", "T"), ("kc_shape", "Shape"), ("vc", "T"),
       ("pos", "int32_t"), ("counters", "uint32_t")],

@@ -293,6 +293,33 @@ __device__ __forceinline__ void gmlx_qmv4_rows(
   gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, rope);
 }
 
+// The block's SPLIT warps' sums of their parts of ROWS rows (acc, in every lane of warp
+// `part`), added in warp order into warp 0's acc through `partial`: true in warp 0, which
+// then holds the rows' products. Every thread of the block calls it (a barrier inside).
+template <int ROWS, int SPLIT>
+__device__ __forceinline__ bool gmlx_split_sum(float (*partial)[ROWS], int part, float* acc) {
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      partial[part][r] = acc[r];
+    }
+  }
+  __syncthreads();
+  if (part != 0) {
+    return false;
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    float sum = partial[0][r];
+#pragma unroll
+    for (int p = 1; p < SPLIT; ++p) {
+      sum += partial[p][r];
+    }
+    acc[r] = sum;
+  }
+  return true;
+}
+
 // y[row0 .. row0 + ROWS) for row0 = blockIdx.x * ROWS, with `residual` as gmlx_qmv4_store
 // takes it, by a block of SPLIT warps that each take K / SPLIT columns of the rows (one warp
 // would wait on K / (32 * 32 * GMLX_QMV4_INFLIGHT) rounds of loads in turn), their sums added
@@ -322,26 +349,9 @@ __device__ __forceinline__ void gmlx_qmv4_rows_split(
   }
   float acc[ROWS];
   gmlx_qmv4_dot<PART, ROWS, S, T, B8>(wr, sr, br, x + part * PART, acc);
-  if ((threadIdx.x & 31) == 0) {
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      partial[part][r] = acc[r];
-    }
+  if (gmlx_split_sum<ROWS, SPLIT>(partial, part, acc)) {
+    gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, GmlxRope{nullptr, 0.0f, 0, 0});
   }
-  __syncthreads();
-  if (part != 0) {
-    return;
-  }
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    float sum = partial[0][r];
-#pragma unroll
-    for (int p = 1; p < SPLIT; ++p) {
-      sum += partial[p][r];
-    }
-    acc[r] = sum;
-  }
-  gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, GmlxRope{nullptr, 0.0f, 0, 0});
 }
 
 // Writes silu(gate) * up of a warp's products `acc` (lane 0's: ROWS gate rows, then ROWS up
@@ -893,4 +903,42 @@ __device__ __forceinline__ void gmlx_qmv4_rows_q8_rounded(
   float acc[ROWS];
   gmlx_qmv4_dot_q8<K, ROWS, S, B8>(wr, sr, br, gmlx_q8_rounded_row<K>(xq), acc, nullptr);
   gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, GmlxRope{nullptr, 0.0f, 0, 0});
+}
+
+// gmlx_qmv4_rows_q8_rounded by a block of SPLIT warps per ROWS rows (row0 = blockIdx.x * ROWS),
+// each taking K / SPLIT columns of the rows and of the rounded row, their sums added in warp
+// order (gmlx_split_sum). K / SPLIT is a multiple of 256: a part starts at a group that is a
+// multiple of 8, where the codes' order of halves (gmlx_q8_half) repeats.
+template <int K, int ROWS, int SPLIT, typename S, typename T, int B8 = 0>
+__device__ __forceinline__ void gmlx_qmv4_rows_q8_rounded_split(
+    const uint32_t* w,
+    const S* scales,
+    const S* biases,
+    const uint32_t* xq,
+    T* y,
+    int n,
+    const T* residual) {
+  constexpr int PART = K / SPLIT;
+  static_assert(SPLIT == 1 || PART % 256 == 0, "a part starts at a multiple of 8 groups");
+  __shared__ float partial[SPLIT][ROWS];
+  const int row0 = blockIdx.x * ROWS;
+  const int part = threadIdx.x >> 5;
+  const uint32_t* wr[ROWS];
+  const S* sr[ROWS];
+  const S* br[ROWS];
+  gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    wr[r] += part * (PART / 8);
+    sr[r] += part * (PART / 32);
+    br[r] += part * (PART / 32);
+  }
+  const GmlxQ8Row whole = gmlx_q8_rounded_row<K>(xq);
+  const int g0 = part * (PART / 32);
+  const GmlxQ8Row mine{whole.codes + 2 * g0, whole.d + g0, whole.dsum + g0};
+  float acc[ROWS];
+  gmlx_qmv4_dot_q8<PART, ROWS, S, B8>(wr, sr, br, mine, acc, nullptr);
+  if (gmlx_split_sum<ROWS, SPLIT>(partial, part, acc)) {
+    gmlx_qmv4_store<ROWS, T>(acc, y, n, row0, residual, GmlxRope{nullptr, 0.0f, 0, 0});
+  }
 }
