@@ -14,13 +14,19 @@ M=$GMLX_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f $M ] || { mkdir -p ${M%/*} && cat /root/model/part.aa .devm2/part.ab > $M; }
 G=crates/gmlx-models/tests/goldens/smollm2_q4_1.json
 P=$(python3 -c "import json; print(json.load(open('$G'))['prompt'])")
+# each variant's text and log under /root/parity; two files come back whatever VARIANTS holds
+# (a call brings back at most 8): parity.txt (the counts) and parity-runs.txt (texts and logs)
+D=/root/parity; rm -rf $D; mkdir -p $D
 outs=()
 for v in ${VARIANTS:-float32,X=0 bfloat16,GMLX_CUDA_QMV_Q8=0 bfloat16,X=0 float16,GMLX_CUDA_QMV_Q8=0 float16,X=0}; do
   dtype=${v%%,*}; settings=${v#*,}
-  o=$OUT/parity-$dtype-${settings//[=,]/-}.txt
+  o=$D/parity-$dtype-${settings//[=,]/-}.txt
   env ${settings//,/ } /root/bin/gmlx run $M --device gpu --dtype $dtype --raw -p "$P" -n 32 \
     --ignore-eos > $o 2> ${o%.txt}.log
   echo "## $dtype $settings: rc $?"; cat $o; echo
   outs+=($o)
 done
+for o in "${outs[@]}"; do
+  echo "## ${o##*/}"; cat $o; echo; echo "## ${o##*/} stderr"; cat ${o%.txt}.log
+done > $OUT/parity-runs.txt
 PYTHONPATH=/root/llama/gguf-py python3 tools/bench/device/parity_text.py $G $M "${outs[@]}" | tee $OUT/parity.txt
