@@ -367,18 +367,23 @@ fn warps_setting(var: &str) -> i32 {
     }
 }
 
+/// `split` where `k` is a multiple of `unit` times it (each warp's part of a row a whole number
+/// of units), else 1.
+fn dividing(split: i32, k: i32, unit: i32) -> i32 {
+    if k % (unit * split) == 0 {
+        split
+    } else {
+        1
+    }
+}
+
 /// Warps that share each row of a one-matrix product of `k` columns: `GMLX_CUDA_QMV_SPLIT`
 /// (1, 2, 4 or 8; 1 by default: a warp per row) where `k` is a multiple of 32 times it, else 1.
 /// A warp reads its row's groups 128 at a time (32 lanes, four groups each in flight), waiting
 /// for each round before the next: the Llama-3-8B down product (`k` = 14 336) waits on four.
 fn split_for(k: i32) -> i32 {
     static SPLIT: OnceLock<i32> = OnceLock::new();
-    let split = *SPLIT.get_or_init(|| warps_setting(SPLIT_VAR));
-    if k % (32 * split) == 0 {
-        split
-    } else {
-        1
-    }
+    dividing(*SPLIT.get_or_init(|| warps_setting(SPLIT_VAR)), k, 32)
 }
 
 /// Warps that share each row of a product whose row was rounded apart ([`row_rounded_apart`]):
@@ -389,12 +394,7 @@ fn split_for(k: i32) -> i32 {
 /// gate-up kernel (one round a warp) read 2.3 (`bench/runs/2026-12-07-h100-6/`).
 fn rounded_split_for(k: i32) -> i32 {
     static SPLIT: OnceLock<i32> = OnceLock::new();
-    let split = *SPLIT.get_or_init(|| warps_setting(Q8_SPLIT_VAR));
-    if k % (256 * split) == 0 {
-        split
-    } else {
-        1
-    }
+    dividing(*SPLIT.get_or_init(|| warps_setting(Q8_SPLIT_VAR)), k, 256)
 }
 
 /// The environment variable that sets the warps sharing a row of a product whose row was
@@ -470,8 +470,8 @@ fn one_matrix(x: &Array, p: Packed<'_>, add: Option<(&Array, Option<&WarmSet>)>)
     if let Some((r, Some(next))) = add {
         return warming_add(x, p, r, next, &ints, grid);
     }
-    let tail: Vec<Array> = residual.into_iter().cloned().collect();
-    launch_one(which, x, x.clone(), p, &tail, &ints, grid)
+    let tail = residual.map_or(&[][..], std::slice::from_ref);
+    launch_one(which, x, x.clone(), p, tail, &ints, grid)
 }
 
 /// The residual form of the one-matrix kernel with [`crate::cuda_warm`]'s blocks after its
@@ -510,8 +510,8 @@ fn rounded_one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Res
         (c"B8", derived_biases(&[p])),
     ];
     let grid = split_grid(which, n, rows, split);
-    let tail: Vec<Array> = residual.into_iter().cloned().collect();
-    launch_one(which, x, round_row(x, k)?, p, &tail, &ints, grid)
+    let tail = residual.map_or(&[][..], std::slice::from_ref);
+    launch_one(which, x, round_row(x, k)?, p, tail, &ints, grid)
 }
 
 /// One launch of a one-matrix kernel `which` on `row` (`x`, or what was made of it), with the

@@ -219,6 +219,27 @@ __device__ __forceinline__ void gmlx_qmv4_point(
   }
 }
 
+// gmlx_qmv4_point for a warp that takes columns [part * PART, (part + 1) * PART) of the rows.
+template <int K, int ROWS, int PART, typename S>
+__device__ __forceinline__ void gmlx_qmv4_point_part(
+    const uint32_t* w,
+    const S* scales,
+    const S* biases,
+    int n,
+    int row0,
+    int part,
+    const uint32_t** wr,
+    const S** sr,
+    const S** br) {
+  gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    wr[r] += part * (PART / 8);
+    sr[r] += part * (PART / 32);
+    br[r] += part * (PART / 32);
+  }
+}
+
 // The rotation of a block's queries or keys at one position, taken by a product's rows before
 // they are written: MLX's `traditional` rotation of a head's rows 2i and 2i + 1 by angle
 // t * inv_freq[i], over the first rd of each head's d rows. A warp's ROWS rows (even) start at
@@ -340,13 +361,7 @@ __device__ __forceinline__ void gmlx_qmv4_rows_split(
   const uint32_t* wr[ROWS];
   const S* sr[ROWS];
   const S* br[ROWS];
-  gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    wr[r] += part * (PART / 8);
-    sr[r] += part * (PART / 32);
-    br[r] += part * (PART / 32);
-  }
+  gmlx_qmv4_point_part<K, ROWS, PART, S>(w, scales, biases, n, row0, part, wr, sr, br);
   float acc[ROWS];
   gmlx_qmv4_dot<PART, ROWS, S, T, B8>(wr, sr, br, x + part * PART, acc);
   if (gmlx_split_sum<ROWS, SPLIT>(partial, part, acc)) {
@@ -926,13 +941,7 @@ __device__ __forceinline__ void gmlx_qmv4_rows_q8_rounded_split(
   const uint32_t* wr[ROWS];
   const S* sr[ROWS];
   const S* br[ROWS];
-  gmlx_qmv4_point<K, ROWS, S>(w, scales, biases, n, row0, 0, wr, sr, br);
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    wr[r] += part * (PART / 8);
-    sr[r] += part * (PART / 32);
-    br[r] += part * (PART / 32);
-  }
+  gmlx_qmv4_point_part<K, ROWS, PART, S>(w, scales, biases, n, row0, part, wr, sr, br);
   const GmlxQ8Row whole = gmlx_q8_rounded_row<K>(xq);
   const int g0 = part * (PART / 32);
   const GmlxQ8Row mine{whole.codes + 2 * g0, whole.d + g0, whole.dsum + g0};
