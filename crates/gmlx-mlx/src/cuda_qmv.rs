@@ -117,15 +117,20 @@ pub fn norm_add_enabled() -> bool {
 /// matrix of [`matmul_three`] and [`silu_glu`] must pass it too.
 pub fn applies(x: &Array, p: &Packed<'_>, rows: usize) -> bool {
     rows == 1
-        && p.mode == Mode::Affine
-        && p.bits == 4
-        && p.group_size == 32
-        && p.w.ndim() == 2
-        && p.biases.is_some()
+        && form_fits(p)
         && matches!(x.dtype(), Dtype::Bfloat16 | Dtype::Float16 | Dtype::Float32)
         && x.shape().last().is_some_and(|&k| k > 0 && k % 32 == 0)
         && p.w.shape()[1] * 8 == x.shape()[x.ndim() - 1]
         && enabled()
+}
+
+/// Whether the kernels read matrix `p`: an MLX affine 4-bit matrix in groups of 32, with biases.
+fn form_fits(p: &Packed<'_>) -> bool {
+    p.mode == Mode::Affine
+        && p.bits == 4
+        && p.group_size == 32
+        && p.w.ndim() == 2
+        && p.biases.is_some()
 }
 
 /// The kernels, in the order of [`Kernel::spec`].
@@ -142,13 +147,14 @@ enum Kernel {
     AddRounded,
     RoundRow,
     AddWarm,
+    NormSiluRound,
 }
 
 impl Kernel {
     fn spec(self) -> &'static Spec {
         const THREE: &[&str] = &["y0", "y1", "y2"];
         const ONE: &[&str] = &["y"];
-        static SPECS: [Spec; 11] = [
+        static SPECS: [Spec; 12] = [
             Spec {
                 name: "gmlx_qmv4",
                 source: include_str!("kernels/qmv4.cu"),
@@ -240,6 +246,13 @@ impl Kernel {
                 ],
                 outputs: ONE,
             },
+            Spec {
+                name: "gmlx_qmv4_norm_silu_round",
+                source: include_str!("kernels/qmv4_norm_silu_round.cu"),
+                header: HEADER,
+                inputs: &["nw", "wg", "sg", "bg", "wu", "su", "bu", "x"],
+                outputs: &["xq"],
+            },
         ];
         &SPECS[self as usize]
     }
@@ -249,6 +262,11 @@ impl Kernel {
     fn warps_per_block(self) -> i32 {
         match self {
             Kernel::NormThree | Kernel::NormSilu | Kernel::NormRopeThree => norm_warps(),
+            // the test launches it with the setting off
+            Kernel::NormSiluRound => match silu_round_warps() {
+                0 => 8,
+                n => n,
+            },
             _ => 4,
         }
     }
@@ -494,6 +512,19 @@ fn warming_add(
 /// [`one_matrix`] with the row rounded to 8-bit activations first, in a launch of its own
 /// ([`round_row`]), which every warp then reads where it lies ([`row_rounded_apart`]).
 fn rounded_one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Result<Array> {
+    let k = p.w.shape()[1] * 8;
+    product_of_rounded(x, round_row(x, k)?, p, residual)
+}
+
+/// The one-matrix product of row `xq`, rounded to 8-bit activations ([`round_row`]'s layout),
+/// and `p`, plus `residual` where given: `[..., N]` in the dtype and leading shape of `x` (the
+/// row before it was rounded, or the block input it was made from).
+fn product_of_rounded(
+    x: &Array,
+    xq: Array,
+    p: Packed<'_>,
+    residual: Option<&Array>,
+) -> Result<Array> {
     let n = p.w.shape()[0];
     let k = p.w.shape()[1] * 8;
     let rows = rows_per_warp();
@@ -511,7 +542,7 @@ fn rounded_one_matrix(x: &Array, p: Packed<'_>, residual: Option<&Array>) -> Res
     ];
     let grid = split_grid(which, n, rows, split);
     let tail = residual.map_or(&[][..], std::slice::from_ref);
-    launch_one(which, x, round_row(x, k)?, p, tail, &ints, grid)
+    launch_one(which, x, xq, p, tail, &ints, grid)
 }
 
 /// One launch of a one-matrix kernel `which` on `row` (`x`, or what was made of it), with the
@@ -544,7 +575,7 @@ fn launch_one(
 /// The row `x [..., K]` (16-bit) rounded to 8-bit activations as the kernels round it, laid
 /// out as they read it (`qmv4.cuh`'s `gmlx_q8_round_row`): `K / 4` words of codes, then each
 /// group's scale and the scale times its codes' sum, `K / 32` floats each.
-fn round_row(x: &Array, k: i32) -> Result<Array> {
+pub fn round_row(x: &Array, k: i32) -> Result<Array> {
     let spec = Kernel::RoundRow.spec();
     let threads = 32 * Kernel::RoundRow.warps_per_block();
     let blocks = (k / 8 + threads - 1) / threads;
@@ -665,6 +696,108 @@ pub fn silu_glu(x: &Array, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
 /// [`silu_glu`] of `norm(x)`, the norm applied in the same launch (as [`norm_matmul_three`]).
 pub fn norm_silu_glu(x: &Array, norm: Norm<'_>, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
     silu(x, Some(norm), gate, up)
+}
+
+/// The environment variable that turns on the gate-up kernel's rounding of its SwiGLU for the
+/// down product ([`silu_round_fits`]) and sets its warps a block ([`silu_round_warps`]).
+pub const SILU_ROUND_VAR: &str = "GMLX_CUDA_QMV_SILU_ROUND";
+
+/// Warps a block of the rounding gate-up kernel ([`norm_silu_rounded`]): `GMLX_CUDA_QMV_SILU_ROUND`
+/// (8, 16 or 32; 0, off, when unset or otherwise), each warp taking 32 / that rows of the gate
+/// and of the up matrix, a block one group of the rounded row. NVRTC's sm_90 code for the 8B
+/// gate-up kernel: 118-120 registers at 8 (2 blocks of 256 threads a multiprocessor), 66 at 16
+/// (1 of 512), where the kernel it replaces is 54-56 at 1 row a warp
+/// (`bench/runs/2026-12-08-nvrtc/`).
+fn silu_round_warps() -> i32 {
+    static WARPS: OnceLock<i32> = OnceLock::new();
+    *WARPS.get_or_init(
+        || match cuda_kernel::int_setting(SILU_ROUND_VAR, 0..=32, 0) {
+            n @ (8 | 16 | 32) => n,
+            _ => 0,
+        },
+    )
+}
+
+/// Whether [`norm_silu_down_add`] takes a block's feed-forward half: [`silu_round_warps`] set
+/// (off by default, until measured on a GPU), a `down` matrix the kernels read whose row (the
+/// SwiGLU, as long as `gate`'s products) is rounded by a launch of its own otherwise
+/// ([`row_rounded_apart`]), and a `residual` of its product's shape and `x`'s dtype. The
+/// caller checks [`applies`] for `gate` and `up` and [`norm_fits`]. That launch is 3.29 us
+/// of the Llama-3-8B Q4_0 decode's 84.4 a block on an H100 (`bench/runs/2026-12-07-h100-6/`,
+/// `call8-ncu-summary.txt`).
+pub fn silu_round_fits(x: &Array, gate: &Packed<'_>, down: &Packed<'_>, residual: &Array) -> bool {
+    let k = gate.w.shape()[0];
+    silu_round_warps() > 0
+        && form_fits(down)
+        && down.w.shape()[1] * 8 == k
+        && k % SILU_ROUND_BLOCK_ROWS == 0
+        && row_rounded_apart(x.dtype(), k)
+        && residual.shape() == out_shape(x, down.w.shape()[0]).as_slice()
+        && residual.dtype() == x.dtype()
+}
+
+/// The gate and up rows a block of the rounding gate-up kernel takes: one group of the
+/// rounded row (its block rounds the group once all its warps have their rows).
+const SILU_ROUND_BLOCK_ROWS: i32 = 32;
+
+/// `residual + (silu(norm(x) @ G^T) * (norm(x) @ U^T)) @ D^T` (a block's feed-forward half) in
+/// two launches: the gate-up kernel writes its SwiGLU rounded to 8-bit activations as
+/// [`round_row`] rounds it, which the down product reads ([`product_of_rounded`]); the same
+/// values as [`norm_silu_glu`], then [`matmul_add`]. The caller checks [`silu_round_fits`].
+pub fn norm_silu_down_add(
+    x: &Array,
+    norm: Norm<'_>,
+    gate: Packed<'_>,
+    up: Packed<'_>,
+    down: Packed<'_>,
+    residual: &Array,
+) -> Result<Array> {
+    let xq = norm_silu_rounded(x, norm, gate, up)?;
+    product_of_rounded(x, xq, down, Some(residual))
+}
+
+/// [`norm_silu_glu`]'s SwiGLU rounded to 8-bit activations in the same launch, in
+/// [`round_row`]'s layout; each block takes [`SILU_ROUND_BLOCK_ROWS`] rows, in
+/// [`silu_round_warps`] warps (8 where that is off).
+pub fn norm_silu_rounded(
+    x: &Array,
+    norm: Norm<'_>,
+    gate: Packed<'_>,
+    up: Packed<'_>,
+) -> Result<Array> {
+    let n = gate.w.shape()[0];
+    if up.w.shape() != gate.w.shape() || n % SILU_ROUND_BLOCK_ROWS != 0 {
+        return Err(kernel_error(
+            "gate and up matrices of different shapes or rows not in whole groups",
+        ));
+    }
+    let which = Kernel::NormSiluRound;
+    let warps = which.warps_per_block();
+    let rows = SILU_ROUND_BLOCK_ROWS / warps;
+    let mut inputs = vec![norm.weight.clone()];
+    inputs.extend(operands(&gate)?);
+    inputs.extend(operands(&up)?);
+    inputs.push(x.clone());
+    let k = x.shape()[x.ndim() - 1];
+    let ints = [
+        (c"K", k),
+        (c"N", n),
+        (c"ROWS", rows),
+        (c"EPS", norm.eps.to_bits() as i32),
+        (c"BLOCK", 32 * warps),
+        (c"EARLY", i32::from(early_loads(x.dtype()))),
+        (c"B8", derived_biases(&[gate, up])),
+    ];
+    let words = [n / 4 + n / 16];
+    let outputs = cuda_kernel::launch(
+        which.spec(),
+        &inputs,
+        &[(&words, Dtype::Uint32)],
+        &types(x, side_dtype(&[gate, up])?, Some(norm)),
+        &ints,
+        grid(which, n / rows),
+    )?;
+    cuda_kernel::single(which.spec(), outputs)
 }
 
 fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {

@@ -1057,6 +1057,34 @@ impl QuantWeight {
         Ok(Some(crate::cuda_qmv::norm_silu_glu(x, norm, g, u)?))
     }
 
+    /// `residual + silu_glu(norm(x)) @ D^T` (a block's feed-forward half) in two CUDA launches
+    /// ([`crate::cuda_qmv::norm_silu_down_add`]: the gate-up kernel hands the down product its
+    /// row rounded to 8-bit activations), or `None` (nothing done) where those kernels do not
+    /// take it: the caller then goes through [`QuantWeight::norm_silu_glu`] and
+    /// [`QuantWeight::matmul_add`], which give the same values.
+    pub fn norm_silu_down_add(
+        x: &Array,
+        norm: crate::cuda_qmv::Norm<'_>,
+        [gate, up, down]: [&QuantWeight; 3],
+        residual: &Array,
+    ) -> Result<Option<Array>> {
+        if gate.rows != up.rows || !crate::cuda_qmv::norm_fits(x, norm) {
+            return Ok(None);
+        }
+        let Some([g, u]) = fused_views(x, [gate, up])? else {
+            return Ok(None);
+        };
+        let Some(d) = down.decode_view() else {
+            return Ok(None);
+        };
+        if !crate::cuda_qmv::silu_round_fits(x, &g, &d, residual) {
+            return Ok(None);
+        }
+        Ok(Some(crate::cuda_qmv::norm_silu_down_add(
+            x, norm, g, u, d, residual,
+        )?))
+    }
+
     /// `residual + x @ W^T` in one CUDA launch ([`crate::cuda_qmv::matmul_add`]), or `None`
     /// (nothing done) where that kernel does not take it: the caller then multiplies and adds,
     /// which gives the same values. `next`: matrices the launch pulls into L2 for the next one

@@ -7,7 +7,8 @@
 //! `rms_norm` of the row (for 16-bit rows, unless `GMLX_CUDA_QMV_Q8=0`, the normed kernels and
 //! the one-matrix ones up to 4 096 columns, or as wide as `GMLX_CUDA_QMV_Q8_APART` says, against
 //! the row rounded to 8 bits per value as they round it; rows of 14 336 are rounded apart,
-//! and `GMLX_CUDA_QMV_Q8_SPLIT` has warps share those products' rows). Runs where MLX's CUDA
+//! and `GMLX_CUDA_QMV_Q8_SPLIT` has warps share those products' rows; the gate-up kernel that
+//! hands the down product its SwiGLU so rounded gives the same words). Runs where MLX's CUDA
 //! backend is loaded (the rented GPU machine); elsewhere it says so and passes, as the kernels
 //! are never taken there. MLX's `qmv` is only compared where it can read the row: in MLX
 //! 0.32.2 it faults ("misaligned address") on a 2-byte element 2 bytes off a 4-byte boundary.
@@ -338,6 +339,60 @@ fn check_norm_silu(n: i32, k: i32, dtype: Dtype, rng: &mut Lcg) {
     );
 }
 
+/// The gate-up kernel's SwiGLU rounded to 8-bit activations in its own launch
+/// ([`cuda_qmv::norm_silu_rounded`]) against what [`cuda_qmv::round_row`] makes of
+/// [`cuda_qmv::norm_silu_glu`]'s row: the same words (codes, scales and scaled sums). Where the
+/// down product reads its row so rounded (`apart`, [`cuda_qmv::one_matrix_rounds_row`] by a
+/// launch of its own), the feed-forward half on it ([`cuda_qmv::norm_silu_down_add`]) gives
+/// exactly the SwiGLU's product and add ([`cuda_qmv::matmul_add`]).
+fn check_norm_silu_down_add(n: i32, k: i32, dtype: Dtype, apart: bool, rng: &mut Lcg) {
+    let (g, u, d) = (
+        Matrix::random(n, k, dtype, rng),
+        Matrix::random(n, k, dtype, rng),
+        Matrix::random(k, n, dtype, rng),
+    );
+    let x = row(k, dtype, 0, rng);
+    let weight = norm_weight(k, dtype, rng);
+    let norm = cuda_qmv::Norm {
+        weight: &weight,
+        eps: 1e-6,
+    };
+    let silu = cuda_qmv::norm_silu_glu(&x, norm, g.packed(), u.packed()).expect("kernel");
+    let apart_words = words(&cuda_qmv::round_row(&silu, n).expect("kernel"));
+    let fused = cuda_qmv::norm_silu_rounded(&x, norm, g.packed(), u.packed()).expect("kernel");
+    let fused_words = words(&fused);
+    let differing = fused_words
+        .iter()
+        .zip(&apart_words)
+        .filter(|(a, b)| a != b)
+        .count();
+    eprintln!(
+        "norm silu rounded {n} x {k}, {dtype:?}: {differing} of {} words differ",
+        fused_words.len()
+    );
+    assert_eq!(
+        fused_words, apart_words,
+        "norm silu rounded {n} x {k} {dtype:?}: not the row rounded apart"
+    );
+    if apart {
+        let r = row(k, dtype, 3, rng);
+        let y = cuda_qmv::norm_silu_down_add(&x, norm, g.packed(), u.packed(), d.packed(), &r)
+            .expect("kernel");
+        let two_launches = cuda_qmv::matmul_add(&silu, d.packed(), &r, None).expect("kernel");
+        assert_eq!(
+            host(&y),
+            host(&two_launches),
+            "norm silu down add {n} x {k} {dtype:?}: not the down product of the SwiGLU"
+        );
+    }
+}
+
+/// A uint32 array's words on the host.
+fn words(a: &Array) -> Vec<u32> {
+    a.eval().expect("eval");
+    a.as_slice::<u32>().to_vec()
+}
+
 /// The values of a row that the kernels multiply: the row, or where they round it
 /// (`rounded`: [`cuda_qmv::q8_activations`] for the normed kernels,
 /// [`cuda_qmv::one_matrix_rounds_row`] for the one-matrix ones) its 8-bit rounding
@@ -435,5 +490,14 @@ fn the_cuda_4bit_product_matches_the_reference_dequantization() {
         check_norm_silu(4, 32, dtype, &mut rng);
         check_norm_rope_three([32, 8], 128, 128, 4096, dtype, &mut rng);
         check_norm_rope_three([9, 3], 64, 32, 576, dtype, &mut rng);
+    }
+    for dtype in [Dtype::Bfloat16, Dtype::Float16] {
+        if cuda_qmv::q8_activations(dtype) {
+            // 14 336 columns are past the rows the one-matrix kernels round in each block
+            let apart = cuda_qmv::one_matrix_rounds_row(dtype, 14336);
+            check_norm_silu_down_add(14336, 4096, dtype, apart, &mut rng);
+            check_norm_silu_down_add(1536, 576, dtype, false, &mut rng);
+            check_norm_silu_down_add(64, 32, dtype, false, &mut rng);
+        }
     }
 }

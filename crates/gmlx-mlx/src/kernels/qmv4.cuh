@@ -826,16 +826,53 @@ __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
   gmlx_qmv4_store<ROWS, T>(acc, y, n, share.row0, no_residual, rotation);
 }
 
+// The SwiGLU of a block's BLOCK / 32 * ROWS rows (each warp's ROWS gate products, then its ROWS
+// up products, in lane 0's acc), each rounded to T as gmlx_qmv4_silu_store rounds it, then to
+// 8-bit activations as gmlx_q8_round_row rounds a row of T (gmlx_q8_chunk): written into xq,
+// gmlx_q8_rounded_row's layout of a row of N. The block's rows are whole groups of 32 below N;
+// every thread of the block reaches it.
+template <int N, int ROWS, int BLOCK, typename T>
+__device__ __forceinline__ void gmlx_qmv4_silu_round_store(const float* acc, uint32_t* xq) {
+  constexpr int RB = BLOCK / 32 * ROWS;
+  constexpr int CHUNKS = RB / 8;
+  __shared__ float v[RB];
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const float gate = acc[r];
+      const T out = static_cast<T>(gate / (1.0f + expf(-gate)) * acc[ROWS + r]);
+      v[(threadIdx.x >> 5) * ROWS + r] = static_cast<float>(out);
+    }
+  }
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < (CHUNKS + 31) / 32 * 32) {
+    float f[8];
+    if (t < CHUNKS) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        f[i] = v[8 * t + i];
+      }
+    }
+    float* d = reinterpret_cast<float*>(xq + N / 4);
+    gmlx_q8_chunk(f, t < CHUNKS, blockIdx.x * CHUNKS + t, reinterpret_cast<int2*>(xq), d,
+                  d + N / 32);
+  }
+}
+
 // gmlx_qmv4_silu_rows of xn = RMSNorm(x) for this warp's rows, its first weight loads issued
-// before the norm unless EARLY is 0 (as gmlx_qmv4_norm_three_early, Q8 too).
+// before the norm unless EARLY is 0 (as gmlx_qmv4_norm_three_early, Q8 too); with ROUND 1 (Q8
+// only) the SwiGLU written to xq rounded to 8-bit activations (gmlx_qmv4_silu_round_store)
+// instead of to y.
 template <
     int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8 = 0,
-    int SWZ = 0, int Q8 = 0, int EARLY = 1>
+    int SWZ = 0, int Q8 = 0, int EARLY = 1, int ROUND = 0>
 __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
     const W* nw, float eps, const T* x, T* xn,
     const uint32_t* wg, const S* sg, const S* bg,
     const uint32_t* wu, const S* su, const S* bu,
-    T* y) {
+    T* y, uint32_t* xq = nullptr) {
+  static_assert(!ROUND || Q8, "the SwiGLU is rounded to 8 bits after an 8-bit product");
   const int row0 = gmlx_warp_index() * ROWS;
   const uint32_t* wr[2 * ROWS];
   const S* sr[2 * ROWS];
@@ -851,10 +888,17 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
   float acc[2 * ROWS];
   if (Q8) {
     const GmlxQ8Row row = gmlx_rms_norm_q8_block<K, BLOCK>(x, nw, eps);
-    if (!mine) {
+    if (!ROUND && !mine) {
       return;
     }
-    gmlx_qmv4_dot_q8<K, 2 * ROWS, S, B8>(wr, sr, br, row, acc, early);
+    if (ROUND && !mine) {
+#pragma unroll
+      for (int r = 0; r < 2 * ROWS; ++r) {
+        acc[r] = 0.0f;
+      }
+    } else {
+      gmlx_qmv4_dot_q8<K, 2 * ROWS, S, B8>(wr, sr, br, row, acc, early);
+    }
   } else {
     gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, eps, xn);
     if (!mine) {
@@ -862,7 +906,11 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
     }
     gmlx_qmv4_dot<K, 2 * ROWS, S, T, B8, SWZ>(wr, sr, br, xn, acc, early);
   }
-  gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
+  if (ROUND) {
+    gmlx_qmv4_silu_round_store<N, ROWS, BLOCK, T>(acc, xq);
+  } else {
+    gmlx_qmv4_silu_store<ROWS, T>(acc, y, N, row0);
+  }
 }
 
 // gmlx_qmv4_rows (a warp per ROWS rows, with `residual` as gmlx_qmv4_store takes it) against

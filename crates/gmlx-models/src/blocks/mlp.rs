@@ -67,7 +67,8 @@ impl SwiGlu {
 
     /// `h + self.forward(norm(h))` (a block's feed-forward half): where gmlx's CUDA kernels take
     /// them, the norm, both products and the SwiGLU in one launch, the down product and the
-    /// add in another.
+    /// add in another (the SwiGLU handed over rounded to 8-bit activations where the down
+    /// product reads it so, [`QuantWeight::norm_silu_down_add`]).
     /// `next`: the next block's first matrices, which the down product's launch pulls into L2
     /// ([`gmlx_mlx::cuda_qmv::warming`]).
     pub fn forward_residual(
@@ -76,6 +77,12 @@ impl SwiGlu {
         norm: &RmsNorm,
         next: Option<&WarmSet>,
     ) -> Result<Array> {
+        if let Some([gate, up, down]) = self.plain_layers() {
+            let weights = [&gate.weight, &up.weight, &down.weight];
+            if let Some(y) = QuantWeight::norm_silu_down_add(h, norm.fused(), weights, h)? {
+                return Ok(y);
+            }
+        }
         let fused = match self.plain_silu() {
             true => QuantWeight::norm_silu_glu(
                 h,
