@@ -262,11 +262,9 @@ impl Kernel {
     fn warps_per_block(self) -> i32 {
         match self {
             Kernel::NormThree | Kernel::NormSilu | Kernel::NormRopeThree => norm_warps(),
-            // the test launches it with the setting off
-            Kernel::NormSiluRound => match silu_round_warps() {
-                0 => 8,
-                n => n,
-            },
+            // at least the normed kernels' warps (its row normed as theirs is), also where the
+            // setting is off (the test launches it so)
+            Kernel::NormSiluRound => silu_round_warps().max(norm_warps()),
             _ => 4,
         }
     }
@@ -703,11 +701,13 @@ pub fn norm_silu_glu(x: &Array, norm: Norm<'_>, gate: Packed<'_>, up: Packed<'_>
 pub const SILU_ROUND_VAR: &str = "GMLX_CUDA_QMV_SILU_ROUND";
 
 /// Warps a block of the rounding gate-up kernel ([`norm_silu_rounded`]): `GMLX_CUDA_QMV_SILU_ROUND`
-/// (8, 16 or 32; 0, off, when unset or otherwise), each warp taking 32 / that rows of the gate
-/// and of the up matrix, a block one group of the rounded row. NVRTC's sm_90 code for the 8B
-/// gate-up kernel: 118-120 registers at 8 (2 blocks of 256 threads a multiprocessor), 66 at 16
-/// (1 of 512), where the kernel it replaces is 54-56 at 1 row a warp
-/// (`bench/runs/2026-12-08-nvrtc/`).
+/// (8, 16 or 32; 0, off, when unset or otherwise; the kernel takes at least the normed
+/// kernels' [`norm_warps`]), each warp taking 32 / that rows of the gate and of the up matrix, a
+/// block one group of the rounded row. Its first [`norm_warps`] warps norm the row, so that the
+/// normed row is the plain gate-up kernel's to the bit (the sum of squares is added in the
+/// order of its block). NVRTC's sm_90 code for the 8B gate-up kernel: 118-120 registers at 8
+/// (2 blocks of 256 threads a multiprocessor), 68-78 at 16 (1 of 512), 56 at 32 (1 of 1 024),
+/// where the kernel it replaces is 54-56 at 1 row a warp (`bench/runs/2026-12-08-nvrtc/`).
 fn silu_round_warps() -> i32 {
     static WARPS: OnceLock<i32> = OnceLock::new();
     *WARPS.get_or_init(
@@ -758,7 +758,9 @@ pub fn norm_silu_down_add(
 
 /// [`norm_silu_glu`]'s SwiGLU rounded to 8-bit activations in the same launch, in
 /// [`round_row`]'s layout; each block takes [`SILU_ROUND_BLOCK_ROWS`] rows, in
-/// [`silu_round_warps`] warps (8 where that is off).
+/// [`silu_round_warps`] warps (the normed kernels' where that is off), without weight loads
+/// issued before the norm (with them, 1 024 threads would need more registers than a
+/// multiprocessor has).
 pub fn norm_silu_rounded(
     x: &Array,
     norm: Norm<'_>,
@@ -785,8 +787,8 @@ pub fn norm_silu_rounded(
         (c"ROWS", rows),
         (c"EPS", norm.eps.to_bits() as i32),
         (c"BLOCK", 32 * warps),
-        (c"EARLY", i32::from(early_loads(x.dtype()))),
         (c"B8", derived_biases(&[gate, up])),
+        (c"NB", 32 * norm_warps()),
     ];
     let words = [n / 4 + n / 16];
     let outputs = cuda_kernel::launch(

@@ -79,10 +79,11 @@ FORMS = [
     ("qmv4_norm_silu_round.cu", "qmv4.cuh",
      [("nw", "W")] + [("wg", "uint32_t"), ("sg", "S"), ("bg", "S"),
                       ("wu", "uint32_t"), ("su", "S"), ("bu", "S"), ("x", "T")],
-     [("xq", "uint32_t")], "T S W K N ROWS EPS BLOCK EARLY B8",
-     [[B, B, B, 4096, 14336, 4, "EPS", 256, e, b8] for e in (0, 1) for b8 in (0, 1)]
-     + [[B, B, B, 4096, 14336, r, "EPS", 32 * (32 // r), 0, 1] for r in (1, 2, 8)]
-     + [[B, B, B, 576, 1536, 4, "EPS", 256, 0, 0]]),
+     [("xq", "uint32_t")], "T S W K N ROWS EPS BLOCK B8 NB",
+     [[B, B, B, 4096, 14336, 32 // w, "EPS", 32 * w, b8, 256] for w in (8, 16, 32)
+      for b8 in (0, 1)]
+     + [[B, B, B, 4096, 14336, 32 // w, "EPS", 32 * w, 1, 512] for w in (16, 32)]
+     + [[B, B, B, 576, 1536, 4, "EPS", 256, 0, 256]]),
     ("qmv4_add.cu", "qmv4.cuh",
      [("w", "uint32_t"), ("scales", "S"), ("biases", "S"), ("x", "T"), ("r", "T")],
      ["y"], "T S K N ROWS SPLIT B8 Q8 BLOCK",

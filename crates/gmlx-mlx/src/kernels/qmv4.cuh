@@ -435,8 +435,9 @@ __device__ __forceinline__ void gmlx_qmv4_three(
 // of the block must reach it). NC 0: the row's aligned loads go to L2 (`__ldcg`), not through the
 // read-only path, for a row other blocks wrote in the same launch (layer.cuh). The row is read
 // once, 16 bytes per load where it is aligned, all of a thread's loads issued before any is
-// used.
-template <int K, int BLOCK, int PER, int MINE, typename T, int NC = 1>
+// used. WIDE 1: the block has more threads than BLOCK, and only its first BLOCK take part, so
+// that the sum is added in the order a block of BLOCK threads adds it.
+template <int K, int BLOCK, int PER, int MINE, typename T, int NC = 1, int WIDE = 0>
 __device__ __forceinline__ float gmlx_rms_inv_block(const T* x, float eps, float (&v)[MINE][PER]) {
   constexpr int CHUNKS = K / PER;
   __shared__ float partial[BLOCK / 32];
@@ -444,7 +445,7 @@ __device__ __forceinline__ float gmlx_rms_inv_block(const T* x, float eps, float
 #pragma unroll
   for (int m = 0; m < MINE; ++m) {
     const int c = threadIdx.x + m * BLOCK;
-    if (c < CHUNKS) {
+    if (c < CHUNKS && (!WIDE || threadIdx.x < BLOCK)) {
       if (aligned) {
         const uint4* p = reinterpret_cast<const uint4*>(x) + c;
         uint4 raw = NC ? __ldg(p) : __ldcg(p);
@@ -464,7 +465,7 @@ __device__ __forceinline__ float gmlx_rms_inv_block(const T* x, float eps, float
   float ss = 0.0f;
 #pragma unroll
   for (int m = 0; m < MINE; ++m) {
-    if (threadIdx.x + m * BLOCK < CHUNKS) {
+    if (threadIdx.x + m * BLOCK < CHUNKS && (!WIDE || threadIdx.x < BLOCK)) {
 #pragma unroll
       for (int i = 0; i < PER; ++i) {
         ss = fmaf(v[m][i], v[m][i], ss);
@@ -475,7 +476,7 @@ __device__ __forceinline__ float gmlx_rms_inv_block(const T* x, float eps, float
   for (int o = 16; o > 0; o >>= 1) {
     ss += __shfl_xor_sync(0xffffffffu, ss, o);
   }
-  if ((threadIdx.x & 31) == 0) {
+  if ((threadIdx.x & 31) == 0 && (!WIDE || threadIdx.x < BLOCK)) {
     partial[threadIdx.x >> 5] = ss;
   }
   __syncthreads();
@@ -611,8 +612,10 @@ __device__ __forceinline__ void gmlx_q8_chunk(
 }
 
 // RMSNorm(x) with weight nw as gmlx_rms_norm_block rounds it (every thread of the block must
-// reach it), rounded into the block's GmlxQ8Row. T is 16 bits (8 values a chunk).
-template <int K, int BLOCK, typename T, typename W>
+// reach it), rounded into the block's GmlxQ8Row. T is 16 bits (8 values a chunk). WIDE 1: as
+// gmlx_rms_inv_block, the block's first BLOCK threads norm the row (the same values as a block
+// of BLOCK threads).
+template <int K, int BLOCK, typename T, typename W, int WIDE = 0>
 __device__ __forceinline__ GmlxQ8Row gmlx_rms_norm_q8_block(const T* x, const W* nw, float eps) {
   constexpr int PER = 8;
   constexpr int CHUNKS = K / PER;
@@ -621,12 +624,13 @@ __device__ __forceinline__ GmlxQ8Row gmlx_rms_norm_q8_block(const T* x, const W*
   __shared__ float d[K / 32];
   __shared__ float dsum[K / 32];
   float v[MINE][PER];
-  const float inv = gmlx_rms_inv_block<K, BLOCK>(x, eps, v);
+  const float inv = gmlx_rms_inv_block<K, BLOCK, PER, MINE, T, 1, WIDE>(x, eps, v);
 #pragma unroll
   for (int m = 0; m < MINE; ++m) {
     const int c = threadIdx.x + m * BLOCK;
+    const bool valid = c < CHUNKS && (!WIDE || threadIdx.x < BLOCK);
     float f[PER];
-    if (c < CHUNKS) {
+    if (valid) {
       T out[PER];
       gmlx_rms_normed_chunk<PER, 1>(v[m], inv, nw, c, out);
 #pragma unroll
@@ -634,7 +638,7 @@ __device__ __forceinline__ GmlxQ8Row gmlx_rms_norm_q8_block(const T* x, const W*
         f[i] = static_cast<float>(out[i]);
       }
     }
-    gmlx_q8_chunk(f, c < CHUNKS, c, codes, d, dsum);
+    gmlx_q8_chunk(f, valid, c, codes, d, dsum);
   }
   __syncthreads();
   return GmlxQ8Row{reinterpret_cast<const int4*>(codes), d, dsum};
@@ -863,16 +867,18 @@ __device__ __forceinline__ void gmlx_qmv4_silu_round_store(const float* acc, uin
 // gmlx_qmv4_silu_rows of xn = RMSNorm(x) for this warp's rows, its first weight loads issued
 // before the norm unless EARLY is 0 (as gmlx_qmv4_norm_three_early, Q8 too); with ROUND 1 (Q8
 // only) the SwiGLU written to xq rounded to 8-bit activations (gmlx_qmv4_silu_round_store)
-// instead of to y.
+// instead of to y, the row normed by the block's first NB threads (NB at most BLOCK: the
+// normed row of a block of NB threads, as the kernel without ROUND normed it).
 template <
     int K, int N, int ROWS, int BLOCK, typename S, typename T, typename W, int B8 = 0,
-    int SWZ = 0, int Q8 = 0, int EARLY = 1, int ROUND = 0>
+    int SWZ = 0, int Q8 = 0, int EARLY = 1, int ROUND = 0, int NB = BLOCK>
 __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
     const W* nw, float eps, const T* x, T* xn,
     const uint32_t* wg, const S* sg, const S* bg,
     const uint32_t* wu, const S* su, const S* bu,
     T* y, uint32_t* xq = nullptr) {
   static_assert(!ROUND || Q8, "the SwiGLU is rounded to 8 bits after an 8-bit product");
+  static_assert(NB <= BLOCK && NB % 32 == 0, "the norm's threads are whole warps of the block");
   const int row0 = gmlx_warp_index() * ROWS;
   const uint32_t* wr[2 * ROWS];
   const S* sr[2 * ROWS];
@@ -887,7 +893,7 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
   const GmlxQmv4Loads<K, 2 * ROWS, S, B8>* early = EARLY ? &first : nullptr;
   float acc[2 * ROWS];
   if (Q8) {
-    const GmlxQ8Row row = gmlx_rms_norm_q8_block<K, BLOCK>(x, nw, eps);
+    const GmlxQ8Row row = gmlx_rms_norm_q8_block<K, NB, T, W, (NB < BLOCK)>(x, nw, eps);
     if (!ROUND && !mine) {
       return;
     }
