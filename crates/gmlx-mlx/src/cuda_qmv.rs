@@ -262,8 +262,7 @@ impl Kernel {
     fn warps_per_block(self) -> i32 {
         match self {
             Kernel::NormThree | Kernel::NormSilu | Kernel::NormRopeThree => norm_warps(),
-            // at least the normed kernels' warps (its row normed as theirs is), also where the
-            // setting is off (the test launches it so)
+            // at least the normed kernels' warps (its row normed as theirs is)
             Kernel::NormSiluRound => silu_round_warps().max(norm_warps()),
             _ => 4,
         }
@@ -752,20 +751,22 @@ pub fn norm_silu_down_add(
     down: Packed<'_>,
     residual: &Array,
 ) -> Result<Array> {
-    let xq = norm_silu_rounded(x, norm, gate, up)?;
+    let warps = Kernel::NormSiluRound.warps_per_block();
+    let xq = norm_silu_rounded(x, norm, gate, up, warps)?;
     product_of_rounded(x, xq, down, Some(residual))
 }
 
 /// [`norm_silu_glu`]'s SwiGLU rounded to 8-bit activations in the same launch, in
-/// [`round_row`]'s layout; each block takes [`SILU_ROUND_BLOCK_ROWS`] rows, in
-/// [`silu_round_warps`] warps (the normed kernels' where that is off), without weight loads
-/// issued before the norm (with them, 1 024 threads would need more registers than a
-/// multiprocessor has).
+/// [`round_row`]'s layout; each block takes [`SILU_ROUND_BLOCK_ROWS`] rows in `warps` warps (8,
+/// 16 or 32, at least the normed kernels' [`norm_warps`], whose first warps norm the row; the
+/// model's launch takes [`silu_round_warps`]), without weight loads issued before the norm
+/// (with them, 1 024 threads would need more registers than a multiprocessor has).
 pub fn norm_silu_rounded(
     x: &Array,
     norm: Norm<'_>,
     gate: Packed<'_>,
     up: Packed<'_>,
+    warps: i32,
 ) -> Result<Array> {
     let n = gate.w.shape()[0];
     if up.w.shape() != gate.w.shape() || n % SILU_ROUND_BLOCK_ROWS != 0 {
@@ -773,8 +774,12 @@ pub fn norm_silu_rounded(
             "gate and up matrices of different shapes or rows not in whole groups",
         ));
     }
+    if !matches!(warps, 8 | 16 | 32) || warps < norm_warps() {
+        return Err(kernel_error(
+            "a rounding gate-up block of other than 8, 16 or 32 warps, or fewer than the norm's",
+        ));
+    }
     let which = Kernel::NormSiluRound;
-    let warps = which.warps_per_block();
     let rows = SILU_ROUND_BLOCK_ROWS / warps;
     let mut inputs = vec![norm.weight.clone()];
     inputs.extend(operands(&gate)?);
@@ -797,7 +802,7 @@ pub fn norm_silu_rounded(
         &[(&words, Dtype::Uint32)],
         &types(x, side_dtype(&[gate, up])?, Some(norm)),
         &ints,
-        grid(which, n / rows),
+        (n / rows * 32, 32 * warps),
     )?;
     cuda_kernel::single(which.spec(), outputs)
 }

@@ -359,21 +359,26 @@ fn check_norm_silu_down_add(n: i32, k: i32, dtype: Dtype, apart: bool, rng: &mut
     };
     let silu = cuda_qmv::norm_silu_glu(&x, norm, g.packed(), u.packed()).expect("kernel");
     let apart_words = words(&cuda_qmv::round_row(&silu, n).expect("kernel"));
-    let fused = cuda_qmv::norm_silu_rounded(&x, norm, g.packed(), u.packed()).expect("kernel");
-    let fused_words = words(&fused);
-    let differing = fused_words
-        .iter()
-        .zip(&apart_words)
-        .filter(|(a, b)| a != b)
-        .count();
-    eprintln!(
-        "norm silu rounded {n} x {k}, {dtype:?}: {differing} of {} words differ",
-        fused_words.len()
-    );
-    assert_eq!(
-        fused_words, apart_words,
-        "norm silu rounded {n} x {k} {dtype:?}: not the row rounded apart"
-    );
+    // each block size the model's launch may take (8 warps of 4 rows to 32 of 1; the row normed
+    // by the plain kernel's warps in each)
+    for warps in [8, 16, 32] {
+        let fused =
+            cuda_qmv::norm_silu_rounded(&x, norm, g.packed(), u.packed(), warps).expect("kernel");
+        let fused_words = words(&fused);
+        let differing = fused_words
+            .iter()
+            .zip(&apart_words)
+            .filter(|(a, b)| a != b)
+            .count();
+        eprintln!(
+            "norm silu rounded {n} x {k}, {dtype:?}, {warps} warps: {differing} of {} words differ",
+            fused_words.len()
+        );
+        assert_eq!(
+            fused_words, apart_words,
+            "norm silu rounded {n} x {k} {dtype:?} {warps} warps: not the row rounded apart"
+        );
+    }
     if apart {
         let r = row(k, dtype, 3, rng);
         let y = cuda_qmv::norm_silu_down_add(&x, norm, g.packed(), u.packed(), d.packed(), &r)
