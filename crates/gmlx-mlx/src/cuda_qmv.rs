@@ -704,8 +704,8 @@ pub const SILU_ROUND_VAR: &str = "GMLX_CUDA_QMV_SILU_ROUND";
 /// kernels' [`norm_warps`]), each warp taking 32 / that rows of the gate and of the up matrix, a
 /// block one group of the rounded row. Its first [`norm_warps`] warps norm the row, so that the
 /// normed row is the plain gate-up kernel's to the bit (the sum of squares is added in the
-/// order of its block). NVRTC's sm_90 code for the 8B gate-up kernel: 118-120 registers at 8
-/// (2 blocks of 256 threads a multiprocessor), 68-78 at 16 (1 of 512), 56 at 32 (1 of 1 024),
+/// order of its block). NVRTC's sm_90 code for the 8B gate-up kernel: 112-120 registers at 8
+/// (2 blocks of 256 threads a multiprocessor), 66-72 at 16 (1 of 512), 55-64 at 32 (1 of 1 024),
 /// where the kernel it replaces is 54-56 at 1 row a warp (`bench/runs/2026-12-08-nvrtc/`).
 fn silu_round_warps() -> i32 {
     static WARPS: OnceLock<i32> = OnceLock::new();
@@ -717,7 +717,13 @@ fn silu_round_warps() -> i32 {
     )
 }
 
-/// Whether [`norm_silu_down_add`] takes a block's feed-forward half: [`silu_round_warps`] set
+/// Whether the rounding gate-up kernel is on ([`silu_round_warps`] set): a decode step asks
+/// before it looks at a block's matrices.
+pub fn silu_round_enabled() -> bool {
+    silu_round_warps() > 0
+}
+
+/// Whether [`norm_silu_down_add`] takes a block's feed-forward half: [`silu_round_enabled`]
 /// (off by default, until measured on a GPU), a `down` matrix the kernels read whose row (the
 /// SwiGLU, as long as `gate`'s products) is rounded by a launch of its own otherwise
 /// ([`row_rounded_apart`]), and a `residual` of its product's shape and `x`'s dtype. The
@@ -726,7 +732,7 @@ fn silu_round_warps() -> i32 {
 /// `call8-ncu-summary.txt`).
 pub fn silu_round_fits(x: &Array, gate: &Packed<'_>, down: &Packed<'_>, residual: &Array) -> bool {
     let k = gate.w.shape()[0];
-    silu_round_warps() > 0
+    silu_round_enabled()
         && form_fits(down)
         && down.w.shape()[1] * 8 == k
         && k % SILU_ROUND_BLOCK_ROWS == 0
@@ -769,10 +775,9 @@ pub fn norm_silu_rounded(
     warps: i32,
 ) -> Result<Array> {
     let n = gate.w.shape()[0];
-    if up.w.shape() != gate.w.shape() || n % SILU_ROUND_BLOCK_ROWS != 0 {
-        return Err(kernel_error(
-            "gate and up matrices of different shapes or rows not in whole groups",
-        ));
+    let inputs = silu_inputs(x, Some(norm), gate, up)?;
+    if n % SILU_ROUND_BLOCK_ROWS != 0 {
+        return Err(kernel_error("gate and up rows not in whole groups of 32"));
     }
     if !matches!(warps, 8 | 16 | 32) || warps < norm_warps() {
         return Err(kernel_error(
@@ -781,10 +786,6 @@ pub fn norm_silu_rounded(
     }
     let which = Kernel::NormSiluRound;
     let rows = SILU_ROUND_BLOCK_ROWS / warps;
-    let mut inputs = vec![norm.weight.clone()];
-    inputs.extend(operands(&gate)?);
-    inputs.extend(operands(&up)?);
-    inputs.push(x.clone());
     let k = x.shape()[x.ndim() - 1];
     let ints = [
         (c"K", k),
@@ -807,17 +808,29 @@ pub fn norm_silu_rounded(
     cuda_kernel::single(which.spec(), outputs)
 }
 
-fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
-    let n = gate.w.shape()[0];
+/// The inputs of a gate-up kernel, in its signature's order: the norm weight where given, the
+/// gate's and the up matrix's operands, the row.
+fn silu_inputs(
+    x: &Array,
+    norm: Option<Norm<'_>>,
+    gate: Packed<'_>,
+    up: Packed<'_>,
+) -> Result<Vec<Array>> {
     if up.w.shape() != gate.w.shape() {
         return Err(kernel_error("gate and up matrices of different shapes"));
     }
-    let k = x.shape()[x.ndim() - 1];
-    let rows = (rows_per_warp() / 2).max(1);
     let mut inputs: Vec<Array> = norm.iter().map(|n| n.weight.clone()).collect();
     inputs.extend(operands(&gate)?);
     inputs.extend(operands(&up)?);
     inputs.push(x.clone());
+    Ok(inputs)
+}
+
+fn silu(x: &Array, norm: Option<Norm<'_>>, gate: Packed<'_>, up: Packed<'_>) -> Result<Array> {
+    let n = gate.w.shape()[0];
+    let inputs = silu_inputs(x, norm, gate, up)?;
+    let k = x.shape()[x.ndim() - 1];
+    let rows = (rows_per_warp() / 2).max(1);
     let shape = out_shape(x, n);
     let which = if norm.is_some() {
         Kernel::NormSilu

@@ -1068,7 +1068,11 @@ impl QuantWeight {
         [gate, up, down]: [&QuantWeight; 3],
         residual: &Array,
     ) -> Result<Option<Array>> {
-        if gate.rows != up.rows || !crate::cuda_qmv::norm_fits(x, norm) {
+        // off (the default), every decoder block's step returns here before any other check
+        if !crate::cuda_qmv::silu_round_enabled()
+            || gate.rows != up.rows
+            || !crate::cuda_qmv::norm_fits(x, norm)
+        {
             return Ok(None);
         }
         let Some([g, u]) = fused_views(x, [gate, up])? else {

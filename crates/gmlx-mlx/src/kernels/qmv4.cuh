@@ -369,8 +369,14 @@ __device__ __forceinline__ void gmlx_qmv4_rows_split(
   }
 }
 
+// silu(gate) * up rounded to T: the product leaves in float before rounding.
+template <typename T>
+__device__ __forceinline__ T gmlx_silu_glu(float gate, float up) {
+  return static_cast<T>(gate / (1.0f + expf(-gate)) * up);
+}
+
 // Writes silu(gate) * up of a warp's products `acc` (lane 0's: ROWS gate rows, then ROWS up
-// rows) to y[row0 .. row0 + ROWS), those below n; the product leaves in float before rounding.
+// rows) to y[row0 .. row0 + ROWS), those below n (gmlx_silu_glu).
 template <int ROWS, typename T>
 __device__ __forceinline__ void gmlx_qmv4_silu_store(const float* acc, T* y, int n, int row0) {
   if ((threadIdx.x & 31) != 0) {
@@ -379,8 +385,7 @@ __device__ __forceinline__ void gmlx_qmv4_silu_store(const float* acc, T* y, int
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     if (row0 + r < n) {
-      const float gate = acc[r];
-      y[row0 + r] = static_cast<T>(gate / (1.0f + expf(-gate)) * acc[ROWS + r]);
+      y[row0 + r] = gmlx_silu_glu<T>(acc[r], acc[ROWS + r]);
     }
   }
 }
@@ -831,7 +836,7 @@ __device__ __forceinline__ void gmlx_qmv4_norm_three_early(
 }
 
 // The SwiGLU of a block's BLOCK / 32 * ROWS rows (each warp's ROWS gate products, then its ROWS
-// up products, in lane 0's acc), each rounded to T as gmlx_qmv4_silu_store rounds it, then to
+// up products, in lane 0's acc), each rounded to T as gmlx_qmv4_silu_store rounds it (gmlx_silu_glu), then to
 // 8-bit activations as gmlx_q8_round_row rounds a row of T (gmlx_q8_chunk): written into xq,
 // gmlx_q8_rounded_row's layout of a row of N. The block's rows are whole groups of 32 below N;
 // every thread of the block reaches it.
@@ -843,9 +848,7 @@ __device__ __forceinline__ void gmlx_qmv4_silu_round_store(const float* acc, uin
   if ((threadIdx.x & 31) == 0) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      const float gate = acc[r];
-      const T out = static_cast<T>(gate / (1.0f + expf(-gate)) * acc[ROWS + r]);
-      v[(threadIdx.x >> 5) * ROWS + r] = static_cast<float>(out);
+      v[(threadIdx.x >> 5) * ROWS + r] = static_cast<float>(gmlx_silu_glu<T>(acc[r], acc[ROWS + r]));
     }
   }
   __syncthreads();
@@ -894,17 +897,12 @@ __device__ __forceinline__ void gmlx_qmv4_norm_silu_early(
   float acc[2 * ROWS];
   if (Q8) {
     const GmlxQ8Row row = gmlx_rms_norm_q8_block<K, NB, T, W, (NB < BLOCK)>(x, nw, eps);
+    // with ROUND every warp's rows are below N (qmv4_norm_silu_round.cu asserts the blocks
+    // hold all the rows, and is launched with that many), and each must reach the rounding
     if (!ROUND && !mine) {
       return;
     }
-    if (ROUND && !mine) {
-#pragma unroll
-      for (int r = 0; r < 2 * ROWS; ++r) {
-        acc[r] = 0.0f;
-      }
-    } else {
-      gmlx_qmv4_dot_q8<K, 2 * ROWS, S, B8>(wr, sr, br, row, acc, early);
-    }
+    gmlx_qmv4_dot_q8<K, 2 * ROWS, S, B8>(wr, sr, br, row, acc, early);
   } else {
     gmlx_rms_norm_block<K, BLOCK, SWZ>(x, nw, eps, xn);
     if (!mine) {
